@@ -1,0 +1,131 @@
+"""The backend contract. A backend is one module in this package whose ``Backend`` subclass is
+found by name (``miopy.backends.<name>``)."""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    arch: str  # e.g. sm_90, or an OpenCL device's short name
+    compute_units: int
+    fingerprint: str  # compiler + driver versions: part of every kernel cache key
+    max_work_group_size: int = 256
+    local_mem_size: int = 32768
+
+    @property
+    def db_basename(self) -> str:
+        """MIOpen's ``<arch>_<cu>`` (decimal up to 64 CUs, bare hex above)."""
+        arch = re.sub(r"[^A-Za-z0-9]+", "_", self.arch).strip("_") or "device"
+        cu = self.compute_units
+        return f"{arch}_{cu}" if cu <= 64 else f"{arch}{cu:x}"
+
+
+class Backend(abc.ABC):
+    name: ClassVar[str]
+    kernel_dir: ClassVar[str]  # folder under miopy/kernels/
+    kernel_ext: ClassVar[str]  # ".cl", ".cu"
+
+    info: DeviceInfo
+
+    # ---- discovery ----------------------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when this backend can run here, else why not (cheap; no context is created)."""
+
+    # ---- memory -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> Any:
+        """A device buffer of at least ``nbytes`` bytes (uninitialised)."""
+
+    @abc.abstractmethod
+    def upload(self, array: np.ndarray) -> Any:
+        """A new device buffer holding a copy of ``array``'s bytes."""
+
+    @abc.abstractmethod
+    def download(self, buffer: Any, out: np.ndarray) -> None:
+        """Copy ``out.nbytes`` bytes from the start of ``buffer`` into the contiguous ``out``."""
+
+    @abc.abstractmethod
+    def wrap(self, obj: Any) -> Any | None:
+        """Zero-copy view of a device array of this backend (DLPack, CUDA array interface, a
+        native buffer), or None when ``obj`` is not one."""
+
+    @abc.abstractmethod
+    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+        """Device-to-device copy."""
+
+    @abc.abstractmethod
+    def nbytes(self, buffer: Any) -> int:
+        """Size of a buffer (native or wrapped) in bytes."""
+
+    # ---- kernels ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def build(self, source: str, filename: str, options: list[str]) -> bytes:
+        """Compile ``source`` with ``options`` (``-DNAME=VALUE`` ...) into a loadable binary.
+        Raises CompileError with the compiler log."""
+
+    @abc.abstractmethod
+    def load(self, binary: bytes, kernel_name: str) -> Any:
+        """A launchable kernel from a binary made by ``build``."""
+
+    @abc.abstractmethod
+    def launch(self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...],
+               args: list[Any]) -> None:
+        """Enqueue ``kernel``. ``global_size`` is the total work-item count per dimension (OpenCL
+        semantics, a multiple of ``local_size``). ``args`` holds buffers and NumPy scalars."""
+
+    @abc.abstractmethod
+    def synchronize(self) -> None: ...
+
+    @abc.abstractmethod
+    def time_ms(self, fn: Callable[[], None], runs: int) -> list[float]:
+        """Device-event time of each of ``runs`` calls of ``fn`` (which only enqueues work)."""
+
+    # ---- library calls (optional) -------------------------------------------------------------
+    def gemm(self, *args: Any, **kwargs: Any) -> None:
+        """Vendor GEMM (cuBLAS on CUDA); backends without one don't override this."""
+        raise NotImplementedError(f"backend {self.name} has no vendor GEMM")
+
+    has_vendor_gemm: ClassVar[bool] = False
+
+    # ---- shared helpers -----------------------------------------------------------------------
+    def kernel_path(self, file: str) -> Path:
+        return KERNEL_ROOT / self.kernel_dir / (file + self.kernel_ext)
+
+    def read_source(self, file: str) -> tuple[str, str]:
+        """(source, sha256 of the source and every header it includes, recursively)."""
+        path = self.kernel_path(file)
+        source = path.read_text()
+        digest = hashlib.sha256()
+        seen: set[Path] = set()
+
+        def visit(p: Path, text: str) -> None:
+            if p in seen:
+                return
+            seen.add(p)
+            digest.update(p.name.encode() + b"\0" + text.encode() + b"\0")
+            for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
+                for q in (p.parent / inc, KERNEL_ROOT / inc):
+                    if q.exists():
+                        visit(q, q.read_text())
+                        break
+
+        visit(path, source)
+        return source, digest.hexdigest()
+
+    def include_dir(self) -> Path:
+        """Kernels include shared headers as ``#include "common/<name>.h"``."""
+        return KERNEL_ROOT

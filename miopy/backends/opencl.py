@@ -1,0 +1,153 @@
+"""OpenCL through PyOpenCL: PoCL on the CPU, NVIDIA's OpenCL on its GPUs, any other ICD.
+
+fp16 and bf16 are stored in memory and computed in fp32 (vload_half / bf16 as ushort), since PoCL
+has no cl_khr_fp16. PyOpenCL's own binary cache is bypassed: ours is the only one."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from miopy import log
+from miopy.backends.base import Backend as BackendBase
+from miopy.backends.base import DeviceInfo
+from miopy.errors import AllocFailed, BackendUnavailable, CompileError
+
+_log = log.get("miopy.backends.opencl")
+
+try:
+    import pyopencl as cl
+except ImportError:  # the opencl extra is not installed
+    cl = None
+
+
+def _devices() -> list:
+    devices = []
+    for platform in cl.get_platforms():
+        try:
+            devices.extend(platform.get_devices())
+        except cl.Error:  # a platform with no devices raises instead of returning []
+            continue
+    return devices
+
+
+def _arch(device) -> str:
+    if device.type & cl.device_type.GPU and "NVIDIA" in device.vendor.upper():
+        try:
+            return f"sm_{device.compute_capability_major_nv}{device.compute_capability_minor_nv}"
+        except (cl.Error, AttributeError):
+            pass
+    name = device.name
+    if device.type & cl.device_type.CPU:
+        # PoCL names CPUs "pthread-<llvm cpu>-<marketing name>"
+        name = "cpu_" + re.sub(r"^(pthread|cpu)-", "", name).split("-Intel")[0].split("-AMD")[0]
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")[:40]
+
+
+class Backend(BackendBase):
+    name = "opencl"
+    kernel_dir = "opencl"
+    kernel_ext = ".cl"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if cl is None:
+            return "pyopencl is not installed (pip install 'miopy[opencl]')"
+        try:
+            if not _devices():
+                return "no OpenCL device (install an ICD, e.g. apt-get install pocl-opencl-icd)"
+        except cl.Error as exc:
+            return f"no OpenCL platform ({exc}); install an ICD, e.g. apt-get install pocl-opencl-icd"
+        return None
+
+    def __init__(self, device: int = 0):
+        why = self.unavailable_reason()
+        if why:
+            raise BackendUnavailable(f"opencl: {why}")
+        devices = _devices()
+        if not 0 <= device < len(devices):
+            raise BackendUnavailable(f"device={device}: only {len(devices)} OpenCL device(s) here")
+        self.device = devices[device]
+        self.ctx = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        d = self.device
+        fingerprint = f"{d.platform.name} {d.platform.version}|{d.name}|{d.driver_version}|{d.version}"
+        self.info = DeviceInfo(name=d.name.strip(), arch=_arch(d), compute_units=d.max_compute_units,
+                               fingerprint=fingerprint, max_work_group_size=d.max_work_group_size,
+                               local_mem_size=d.local_mem_size)
+        self._recording: list | None = None
+
+    # ---- memory -------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Any:
+        try:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 1))
+        except cl.Error as exc:
+            raise AllocFailed(f"nbytes={nbytes}: OpenCL allocation failed ({exc})") from None
+
+    def upload(self, array: np.ndarray) -> Any:
+        array = np.ascontiguousarray(array)
+        buf = self.alloc(array.nbytes)
+        if array.nbytes:
+            cl.enqueue_copy(self.queue, buf, array)
+        return buf
+
+    def download(self, buffer: Any, out: np.ndarray) -> None:
+        cl.enqueue_copy(self.queue, out, buffer)
+        self.queue.finish()
+
+    def wrap(self, obj: Any) -> Any | None:
+        if isinstance(obj, cl.Buffer):
+            return obj
+        data = getattr(obj, "base_data", None)  # pyopencl.array.Array
+        if isinstance(data, cl.Buffer) and getattr(obj, "offset", 0) == 0:
+            return data
+        return None
+
+    def copy(self, dst: Any, src: Any, nbytes: int) -> None:
+        cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes))
+
+    def nbytes(self, buffer: Any) -> int:
+        return int(buffer.size)
+
+    # ---- kernels ------------------------------------------------------------------------------
+    def build(self, source: str, filename: str, options: list[str]) -> bytes:
+        opts = [*options, "-I", str(self.include_dir())]
+        try:
+            program = cl.Program(self.ctx, source).build(options=opts, cache_dir=False)
+        except cl.RuntimeError as exc:
+            raise CompileError(f"{filename}: OpenCL build failed with {' '.join(options)}:\n{exc}") from None
+        return bytes(program.get_info(cl.program_info.BINARIES)[0])
+
+    def load(self, binary: bytes, kernel_name: str) -> Any:
+        program = cl.Program(self.ctx, [self.device], [binary]).build()
+        return cl.Kernel(program, kernel_name)
+
+    def launch(self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...],
+               args: list[Any]) -> None:
+        kernel.set_args(*args)
+        event = cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+        if self._recording is not None:
+            self._recording.append(event)
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    def time_ms(self, fn: Callable[[], None], runs: int) -> list[float]:
+        times = []
+        for _ in range(runs):
+            self._recording = []
+            try:
+                fn()
+                self.queue.finish()
+                events = self._recording
+            finally:
+                self._recording = None
+            if not events:
+                times.append(0.0)
+                continue
+            start = min(e.profile.start for e in events)
+            end = max(e.profile.end for e in events)
+            times.append((end - start) * 1e-6)
+        return times

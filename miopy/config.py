@@ -1,0 +1,102 @@
+"""Every MIOPY_* knob, read in one place. Values are read at call time so tests and long-running
+processes see changes to the environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from miopy.errors import bad
+
+VERSION = "0.1.0"
+
+FIND_MODES = {"NORMAL": 1, "FAST": 2, "HYBRID": 3, "DYNAMIC_HYBRID": 5}
+FIND_ENFORCE = {"NONE": 1, "DB_UPDATE": 2, "SEARCH": 3, "SEARCH_DB_UPDATE": 4, "DB_CLEAN": 5}
+# MIOpen's numeric log levels (miopen::LoggingLevel).
+LOG_LEVELS = {0: "Default", 1: "Quiet", 2: "Fatal", 3: "Error", 4: "Warning", 5: "Info", 6: "Info2",
+              7: "Trace"}
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get("MIOPY_" + name)
+    return value if value not in (None, "") else None
+
+
+def _flag(name: str) -> bool:
+    value = _env(name)
+    return value is not None and value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _enum(name: str, table: dict[str, int], default: str) -> str:
+    value = _env(name)
+    if value is None:
+        return default
+    key = value.strip().upper()
+    if key in table:
+        return key
+    for text, number in table.items():
+        if key == str(number):
+            return text
+    raise bad("MIOPY_" + name, value, f"expected one of {', '.join(table)}")
+
+
+def backend() -> str:
+    return (_env("BACKEND") or "auto").strip().lower()
+
+
+def log_level() -> int:
+    value = _env("LOG_LEVEL")
+    if value is None:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise bad("MIOPY_LOG_LEVEL", value, "expected an integer 0..7") from None
+
+
+def enable_logging_cmd() -> bool:
+    return _flag("ENABLE_LOGGING_CMD")
+
+
+def disable_cache() -> bool:
+    return _flag("DISABLE_CACHE")
+
+
+def cache_dir() -> Path:
+    custom = _env("CUSTOM_CACHE_DIR")
+    if custom is not None:
+        return Path(custom).expanduser()
+    return Path.home() / ".cache" / "miopy" / VERSION
+
+
+def user_db_dir() -> Path:
+    custom = _env("USER_DB_PATH")
+    if custom is not None:
+        return Path(custom).expanduser()
+    return Path.home() / ".config" / "miopy"
+
+
+def system_db_dir() -> Path:
+    custom = _env("SYSTEM_DB_PATH")
+    if custom is not None:
+        return Path(custom).expanduser()
+    return Path(__file__).parent / "data"
+
+
+def find_mode() -> str:
+    return _enum("FIND_MODE", FIND_MODES, "DYNAMIC_HYBRID")
+
+
+def find_enforce() -> str:
+    return _enum("FIND_ENFORCE", FIND_ENFORCE, "NONE")
+
+
+def find_only_solvers() -> list[str] | None:
+    value = _env("DEBUG_FIND_ONLY_SOLVER")
+    if value is None:
+        return None
+    return [part.strip() for part in value.replace(",", ";").split(";") if part.strip()]
+
+
+def disable_find_db() -> bool:
+    return _flag("DEBUG_DISABLE_FIND_DB")

@@ -1,0 +1,161 @@
+"""Handle: the backend, its device info, the kernel cache, the DBs and the invoker cache."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from miopy import backends, config, log
+from miopy.errors import BadParm, bad
+from miopy.solution import CompiledKernel, Invoker, KernelSpec, Solution
+
+_log = log.get("miopy.handle")
+
+
+class Handle:
+    """``Handle(backend="auto"|"cuda"|"opencl", device=0)``; auto follows MIOPY_BACKEND, then
+    picks cuda when a GPU is usable, else opencl."""
+
+    def __init__(self, backend: str | None = None, device: int = 0):
+        name = (backend or config.backend()).lower()
+        self.backend = backends.create(name, device)
+        self.info = self.backend.info
+        self._programs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+        self._invokers: dict[tuple[str, str, str], Invoker] = {}
+        self._lock = threading.RLock()
+        self._kernel_cache = None
+        self._perf_db = None
+        self._find_db = None
+        _log.info("handle: backend %s, device %s (%s, %d CUs)", self.backend.name, self.info.name,
+                  self.info.arch, self.info.compute_units)
+
+    # ---- identity ---------------------------------------------------------------------------------
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def db_basename(self) -> str:
+        return self.info.db_basename
+
+    # ---- persistent state (opened lazily; never fails a call) ---------------------------------
+    @property
+    def kernel_cache(self):
+        if self._kernel_cache is None:
+            from miopy.db.kernel_cache import KernelCache
+
+            self._kernel_cache = KernelCache(self.db_basename, self.backend_name)
+        return self._kernel_cache
+
+    @property
+    def perf_db(self):
+        if self._perf_db is None:
+            from miopy.db.perf_db import PerfDb
+
+            self._perf_db = PerfDb(self.db_basename, self.backend_name)
+        return self._perf_db
+
+    @property
+    def find_db(self):
+        if self._find_db is None:
+            from miopy.db.find_db import FindDb
+
+            self._find_db = FindDb(self.db_basename, self.backend_name)
+        return self._find_db
+
+    # ---- kernels ----------------------------------------------------------------------------------
+    def compile(self, spec: KernelSpec) -> CompiledKernel:
+        """In-process program cache -> system .kdb -> user kernel cache -> compiler."""
+        from miopy.db.kernel_cache import KernelKey
+
+        options = tuple(spec.options())
+        program_key = (spec.file, spec.name, options)
+        with self._lock:
+            kernel = self._programs.get(program_key)
+        if kernel is None:
+            source, source_hash = self.backend.read_source(spec.file)
+            key = KernelKey(spec.file + self.backend.kernel_ext, spec.name, " ".join(options),
+                            source_hash, self.info.fingerprint)
+            binary = self.kernel_cache.get(key)
+            if binary is not None:
+                try:
+                    kernel = self.backend.load(binary, spec.name)
+                except Exception as exc:  # a stale or foreign binary is a miss, never an error
+                    _log.warning("cached binary for %s/%s did not load (%s); rebuilding", spec.file,
+                                 spec.name, exc)
+                    binary = None
+            if binary is None:
+                _log.info("compiling %s%s %s %s", spec.file, self.backend.kernel_ext, spec.name,
+                          " ".join(options))
+                binary = self.backend.build(source, spec.file + self.backend.kernel_ext, list(options))
+                self.kernel_cache.put(key, binary)
+                kernel = self.backend.load(binary, spec.name)
+            with self._lock:
+                self._programs[program_key] = kernel
+        return CompiledKernel(spec, kernel)
+
+    def prepare_invoker(self, solution: Solution) -> Invoker:
+        """Compile the solution's kernels and build its invoker, cached by
+        (network config, solver, config) as MIOpen's invoker cache."""
+        key = (solution.problem.network_config(), solution.solver, solution.config_key())
+        with self._lock:
+            invoker = self._invokers.get(key)
+        if invoker is None:
+            kernels = [self.compile(spec) for spec in solution.kernels]
+            invoker = solution.invoker_factory(self.backend, kernels)
+            with self._lock:
+                self._invokers[key] = invoker
+        return invoker
+
+    def invoker_cached(self, solution: Solution) -> bool:
+        key = (solution.problem.network_config(), solution.solver, solution.config_key())
+        return key in self._invokers
+
+    # ---- buffers ----------------------------------------------------------------------------------
+    def buffer(self, obj: Any, nbytes: int, field: str) -> tuple[Any, np.ndarray | None]:
+        """(device buffer, host array to copy back into or None) for a user tensor argument.
+
+        NumPy arrays are copied (and written back when they are outputs); device arrays of this
+        backend are used in place."""
+        if isinstance(obj, np.ndarray):
+            if obj.nbytes < nbytes:
+                raise bad(field, f"array of {obj.nbytes} bytes", f"the tensor needs {nbytes} bytes")
+            if not obj.flags.c_contiguous:
+                raise bad(field, "non-contiguous array", "pass a C-contiguous array (the descriptor's "
+                          "strides describe the layout)")
+            return self.backend.upload(obj), obj
+        wrapped = self.backend.wrap(obj)
+        if wrapped is None:
+            raise bad(field, type(obj).__name__, f"not a NumPy array nor a {self.backend_name} device array")
+        size = self.backend.nbytes(wrapped)
+        if size < nbytes:
+            raise bad(field, f"buffer of {size} bytes", f"the tensor needs {nbytes} bytes")
+        return wrapped, None
+
+    def run_solution(self, solution: Solution, tensors: dict[str, Any], workspace: Any = None) -> None:
+        problem = solution.problem
+        sizes = {"x": problem.x.nbytes, "w": problem.w.nbytes, "y": problem.y.nbytes}
+        missing = [r for r in sizes if tensors.get(r) is None]
+        if missing:
+            raise BadParm(f"tensors: missing {', '.join(missing)} (need x, w and y)")
+        bufs, hosts = {}, {}
+        for role, size in sizes.items():
+            bufs[role], hosts[role] = self.buffer(tensors[role], size, role)
+        ws = None
+        if solution.workspace:
+            if workspace is None:
+                ws = self.backend.alloc(solution.workspace)
+            else:
+                ws, _ = self.buffer(workspace, solution.workspace, "workspace")
+        invoker = self.prepare_invoker(solution)
+        view_args = {view_role: bufs[user_role] for view_role, user_role in problem.roles.items()}
+        invoker(view_args, ws)
+        out = problem.output_role
+        if hosts[out] is not None:
+            self.backend.download(bufs[out], hosts[out])
+        self.backend.synchronize()
+
+    def __repr__(self) -> str:
+        return f"Handle({self.backend_name}, {self.info.name}, {self.db_basename})"

@@ -1,0 +1,87 @@
+/* Shared by the OpenCL (.cl) and CUDA (.cu) kernels: qualifiers, indexing and the storage types.
+   Data are stored as fp32, fp16 or bf16 (MIOPY_DTYPE 0/1/2) and computed in fp32. */
+#ifndef MIOPY_TYPES_H
+#define MIOPY_TYPES_H
+
+#ifndef MIOPY_DTYPE
+#define MIOPY_DTYPE 0
+#endif
+
+#ifdef __OPENCL_VERSION__
+#define KERNEL __kernel
+#define GLOBAL __global
+#define LOCAL __local
+#define RESTRICT restrict
+#define DEVICE_FN static inline
+#define GLOBAL_ID0 ((long)get_global_id(0))
+#define GLOBAL_SIZE0 ((long)get_global_size(0))
+#define LOCAL_ID0 ((int)get_local_id(0))
+#define LOCAL_ID1 ((int)get_local_id(1))
+#define GROUP_ID0 ((int)get_group_id(0))
+#define GROUP_ID1 ((int)get_group_id(1))
+#define GROUP_ID2 ((int)get_group_id(2))
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+typedef long i64;
+typedef ulong u64;
+typedef uint u32;
+typedef ushort u16;
+#else /* CUDA */
+#define KERNEL extern "C" __global__
+#define GLOBAL
+#define LOCAL __shared__
+#define RESTRICT __restrict__
+#define DEVICE_FN static __device__ __forceinline__
+#define GLOBAL_ID0 ((long long)blockIdx.x * blockDim.x + threadIdx.x)
+#define GLOBAL_SIZE0 ((long long)gridDim.x * blockDim.x)
+#define LOCAL_ID0 ((int)threadIdx.x)
+#define LOCAL_ID1 ((int)threadIdx.y)
+#define GROUP_ID0 ((int)blockIdx.x)
+#define GROUP_ID1 ((int)blockIdx.y)
+#define GROUP_ID2 ((int)blockIdx.z)
+#define BARRIER() __syncthreads()
+#include <cuda_fp16.h>
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+#endif
+
+/* data_t: the stored type; LOAD/STORE convert to and from fp32. */
+#if MIOPY_DTYPE == 0
+typedef float data_t;
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
+#elif MIOPY_DTYPE == 1
+#ifdef __OPENCL_VERSION__
+typedef half data_t;
+#define LOAD(p, i) vload_half((i), (p))
+#define STORE(p, i, v) vstore_half_rte((v), (i), (p))
+#else
+typedef __half data_t;
+#define LOAD(p, i) __half2float((p)[i])
+#define STORE(p, i, v) ((p)[i] = __float2half_rn(v))
+#endif
+#else
+typedef u16 data_t;
+DEVICE_FN float bf16_to_float(u16 v) {
+#ifdef __OPENCL_VERSION__
+    return as_float(((u32)v) << 16);
+#else
+    return __uint_as_float(((u32)v) << 16);
+#endif
+}
+DEVICE_FN u16 float_to_bf16(float f) {
+#ifdef __OPENCL_VERSION__
+    u32 u = as_uint(f);
+#else
+    u32 u = __float_as_uint(f);
+#endif
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (u16)0x7fc0; /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (u16)(u >> 16);
+}
+#define LOAD(p, i) bf16_to_float((p)[i])
+#define STORE(p, i, v) ((p)[i] = float_to_bf16(v))
+#endif
+
+#endif

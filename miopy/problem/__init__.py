@@ -1,0 +1,1 @@
+"""Problem descriptions, one module per primitive."""

@@ -1,0 +1,1 @@
+"""NumPy oracles with float64 accumulation, vectorised."""

@@ -1,0 +1,51 @@
+"""The solver contract (MIOpen's SolverBase / SolverBaseTunable)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+
+if TYPE_CHECKING:
+    from miopy.handle import Handle
+    from miopy.problem.conv import ConvProblem
+    from miopy.solution import Solution
+
+ALGORITHMS = ("gemm", "direct", "fft", "winograd", "implicit_gemm")
+
+
+class Solver:
+    """Stateless. ``name`` is a DB key and never changes. Solvers see ``problem.conv_view()``:
+    mode is always conv, pads are resolved."""
+
+    name: ClassVar[str]
+    id: ClassVar[int]  # stable number for the driver's -S (MIOpen's where a counterpart exists)
+    algorithm: ClassVar[str]
+    dynamic: ClassVar[bool] = False  # shapes are run-time arguments: no compile per shape
+    tunable: ClassVar[bool] = False
+    wti: ClassVar[float] = -2.0  # MIOpen's work-time-index heuristic; higher ranks first in immediate mode
+
+    def is_applicable(self, ctx: Handle, problem: ConvProblem) -> str | None:
+        """None when applicable, else the reason it is not (logged at debug level)."""
+        raise NotImplementedError
+
+    def workspace_size(self, ctx: Handle, problem: ConvProblem) -> int:
+        return 0
+
+    def get_solution(self, ctx: Handle, problem: ConvProblem, config: dict[str, Any] | None = None) -> Solution:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class TunableSolver(Solver):
+    tunable: ClassVar[bool] = True
+
+    def default_config(self, ctx: Handle, problem: ConvProblem) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def search_space(self, ctx: Handle, problem: ConvProblem) -> Iterable[dict[str, Any]]:
+        """Every config to try when tuning (only valid ones need be yielded)."""
+        raise NotImplementedError
+
+    def is_valid_config(self, ctx: Handle, problem: ConvProblem, config: Any) -> bool:
+        raise NotImplementedError

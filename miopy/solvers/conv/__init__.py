@@ -1,0 +1,1 @@
+"""Convolution solvers, one module per family."""

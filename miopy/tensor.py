@@ -1,0 +1,174 @@
+"""Data types, layouts and the tensor descriptor."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from miopy.errors import bad
+
+
+class DataType(enum.Enum):
+    FP32 = "FP32"
+    FP16 = "FP16"
+    BF16 = "BF16"
+
+    @property
+    def storage(self) -> np.dtype:
+        """NumPy dtype of the stored bits (bf16 is kept as uint16)."""
+        return np.dtype({"FP32": np.float32, "FP16": np.float16, "BF16": np.uint16}[self.value])
+
+    @property
+    def itemsize(self) -> int:
+        return self.storage.itemsize
+
+    @property
+    def code(self) -> int:
+        """Compile-time id used by the kernels (MIOPY_DTYPE)."""
+        return {"FP32": 0, "FP16": 1, "BF16": 2}[self.value]
+
+    @classmethod
+    def parse(cls, text: str | DataType) -> DataType:
+        if isinstance(text, DataType):
+            return text
+        aliases = {"FP32": "FP32", "FLOAT": "FP32", "FLOAT32": "FP32", "FP16": "FP16", "HALF": "FP16",
+                   "FLOAT16": "FP16", "BF16": "BF16", "BFP16": "BF16", "BFLOAT16": "BF16"}
+        key = str(text).upper()
+        if key not in aliases:
+            raise bad("dtype", text, "expected fp32, fp16 or bf16")
+        return cls(aliases[key])
+
+
+LAYOUTS_2D = ("NCHW", "NHWC")
+LAYOUTS_3D = ("NCDHW", "NDHWC")
+
+
+def packed_strides(lens: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Strides (in elements, in logical N,C,(D),H,W order) of a packed tensor in ``layout``."""
+    logical = "NCDHW" if len(lens) == 5 else "NCHW"
+    if sorted(layout) != sorted(logical) or len(layout) != len(lens):
+        raise bad("layout", layout, f"not a layout of a {len(lens)}-d tensor")
+    strides = {}
+    step = 1
+    for axis in reversed(layout):
+        strides[axis] = step
+        step *= lens[logical.index(axis)]
+    return tuple(strides[axis] for axis in logical)
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float -> bf16 bits (uint16), round to nearest even, NaN kept NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + 0x7FFF
+    out = ((bits + rounding) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if np.any(nan):
+        out = np.where(nan, np.uint16(0x7FC0), out)
+    return out
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def to_storage(values: np.ndarray, dtype: DataType) -> np.ndarray:
+    """Real values -> the stored representation of ``dtype``."""
+    if dtype is DataType.BF16:
+        return to_bf16_bits(np.asarray(values, dtype=np.float32))
+    return np.asarray(values).astype(dtype.storage)
+
+
+def from_storage(stored: np.ndarray, dtype: DataType) -> np.ndarray:
+    """The stored representation -> float32 values."""
+    if dtype is DataType.BF16:
+        return from_bf16_bits(stored)
+    return np.asarray(stored).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """A tensor: dtype, lens in logical order (N, C, [D,] H, W) and strides in elements.
+
+    Give either ``layout`` (packed) or explicit ``strides``; with neither, the tensor is packed
+    NCHW / NCDHW.
+    """
+
+    dtype: DataType
+    lens: tuple[int, ...]
+    strides: tuple[int, ...] = field(default=())
+    layout: str = ""
+
+    def __init__(self, dtype: DataType | str, lens, strides=None, layout: str | None = None):
+        dtype = DataType.parse(dtype)
+        try:
+            lens = tuple(int(v) for v in lens)
+        except (TypeError, ValueError):
+            raise bad("lens", lens, "expected a sequence of integers") from None
+        if len(lens) not in (4, 5):
+            raise bad("lens", lens, "expected 4 (N,C,H,W) or 5 (N,C,D,H,W) dimensions")
+        for name, value in zip("NCDHW" if len(lens) == 5 else "NCHW", lens):
+            if value <= 0:
+                raise bad(f"lens[{name}]", value, "must be positive")
+        if strides is not None:
+            try:
+                strides = tuple(int(v) for v in strides)
+            except (TypeError, ValueError):
+                raise bad("strides", strides, "expected a sequence of integers") from None
+            if len(strides) != len(lens):
+                raise bad("strides", strides, f"expected {len(lens)} values like lens")
+            if any(s <= 0 for s in strides):
+                raise bad("strides", strides, "must be positive")
+            layout = layout.upper() if layout else self._layout_of(lens, strides)
+        else:
+            layout = (layout or ("NCDHW" if len(lens) == 5 else "NCHW")).upper()
+            valid = LAYOUTS_3D if len(lens) == 5 else LAYOUTS_2D
+            if layout not in valid:
+                raise bad("layout", layout, f"expected one of {', '.join(valid)} for a {len(lens)}-d tensor")
+            strides = packed_strides(lens, layout)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "lens", lens)
+        object.__setattr__(self, "strides", strides)
+        object.__setattr__(self, "layout", layout)
+
+    @staticmethod
+    def _layout_of(lens, strides) -> str:
+        for layout in LAYOUTS_3D if len(lens) == 5 else LAYOUTS_2D:
+            if packed_strides(lens, layout) == strides:
+                return layout
+        return "STRIDED"
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.lens) - 2
+
+    @property
+    def packed(self) -> bool:
+        return self.layout != "STRIDED"
+
+    @property
+    def element_count(self) -> int:
+        return int(np.prod(self.lens))
+
+    @property
+    def element_space(self) -> int:
+        """Number of elements a buffer must hold: the highest offset plus one."""
+        return 1 + sum((n - 1) * s for n, s in zip(self.lens, self.strides))
+
+    @property
+    def nbytes(self) -> int:
+        return self.element_space * self.dtype.itemsize
+
+    def strides5(self) -> tuple[int, int, int, int, int]:
+        """Strides in N,C,D,H,W order, D inserted (stride 0) for a 2-d tensor."""
+        s = self.strides
+        return s if len(s) == 5 else (s[0], s[1], 0, s[2], s[3])
+
+    def lens5(self) -> tuple[int, int, int, int, int]:
+        n = self.lens
+        return n if len(n) == 5 else (n[0], n[1], 1, n[2], n[3])
+
+    def key(self) -> str:
+        """Layout name, or the explicit strides when not packed."""
+        return self.layout if self.packed else "s" + ",".join(map(str, self.strides))
