@@ -25,6 +25,7 @@ class Handle:
         self._programs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
         self._invokers: dict[tuple[str, str, str], Invoker] = {}
         self._lock = threading.RLock()
+        self._cache_lock = threading.Lock()  # compiles run in threads; the cache file is not shared
         self._kernel_cache = None
         self._perf_db = None
         self._find_db = None
@@ -78,7 +79,8 @@ class Handle:
             source, source_hash = self.backend.read_source(spec.file)
             key = KernelKey(spec.file + self.backend.kernel_ext, spec.name, " ".join(options),
                             source_hash, self.info.fingerprint)
-            binary = self.kernel_cache.get(key)
+            with self._cache_lock:
+                binary = self.kernel_cache.get(key)
             if binary is not None:
                 try:
                     kernel = self.backend.load(binary, spec.name)
@@ -90,7 +92,8 @@ class Handle:
                 _log.info("compiling %s%s %s %s", spec.file, self.backend.kernel_ext, spec.name,
                           " ".join(options))
                 binary = self.backend.build(source, spec.file + self.backend.kernel_ext, list(options))
-                self.kernel_cache.put(key, binary)
+                with self._cache_lock:
+                    self.kernel_cache.put(key, binary)
                 kernel = self.backend.load(binary, spec.name)
             with self._lock:
                 self._programs[program_key] = kernel

@@ -95,8 +95,14 @@ class Backend(abc.ABC):
         """Device-event time of each of ``runs`` calls of ``fn`` (which only enqueues work)."""
 
     # ---- library calls (optional) -------------------------------------------------------------
-    def gemm(self, *args: Any, **kwargs: Any) -> None:
-        """Vendor GEMM (cuBLAS on CUDA); backends without one don't override this."""
+    def gemm(self, dtype: Any, trans_a: bool, trans_b: bool, m: int, n: int, k: int,
+             a: Any, a_offset: int, lda: int, b: Any, b_offset: int, ldb: int,
+             c: Any, c_offset: int, ldc: int, batch: int = 1, stride_a: int = 0, stride_b: int = 0,
+             stride_c: int = 0) -> None:
+        """Vendor GEMM (cuBLAS on CUDA), row-major: for each of ``batch`` matrices,
+        C[m, n] = op(A)[m, k] @ op(B)[k, n], fp32 accumulation, beta = 0. Offsets, leading
+        dimensions and batch strides are in elements of ``dtype`` (a miopy DataType).
+        Backends without one leave ``has_vendor_gemm`` False and don't override this."""
         raise NotImplementedError(f"backend {self.name} has no vendor GEMM")
 
     has_vendor_gemm: ClassVar[bool] = False

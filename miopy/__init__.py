@@ -1,0 +1,28 @@
+"""miopy: MIOpen's deep-learning primitives in Python, on CUDA and OpenCL."""
+
+from miopy.config import VERSION as __version__
+from miopy.errors import (AllocFailed, BackendUnavailable, BadParm, CompileError, InternalError, MiopyError,
+                          NotImplementedStatus, UnsupportedOp)
+from miopy.handle import Handle
+from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.solution import KernelSpec, Solution
+from miopy.tensor import DataType, TensorDesc
+
+
+def __getattr__(name: str):
+    # The engine pulls in the DBs: load it on first use, not at import.
+    if name in ("FindOptions", "find_solutions", "get_solutions", "compile_solution", "solution_for"):
+        from miopy.engine import find
+
+        return getattr(find, name)
+    if name == "tune":
+        from miopy.engine.tune import tune
+
+        return tune
+    raise AttributeError(name)
+
+
+__all__ = ["AllocFailed", "BackendUnavailable", "BadParm", "CompileError", "ConvDesc", "ConvProblem",
+           "DataType", "Direction", "FindOptions", "Handle", "InternalError", "KernelSpec", "MiopyError",
+           "NotImplementedStatus", "Solution", "TensorDesc", "UnsupportedOp", "__version__",
+           "compile_solution", "find_solutions", "get_solutions", "solution_for", "tune"]

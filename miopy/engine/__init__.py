@@ -1,0 +1,1 @@
+"""Choosing solutions: find (time the candidates), immediate mode, tuning."""

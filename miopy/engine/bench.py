@@ -1,0 +1,56 @@
+"""Timing solutions on the device with events."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from miopy.solution import Solution
+
+# Counted so tests can tell how many solutions were benchmarked (find modes) without wall time.
+counters = {"benchmarks": 0}
+
+
+def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> tuple[dict, Any]:
+    """Scratch device buffers for a timing run, by conv-view role, and a workspace.
+
+    The caller's tensors are copied (never written): find must leave them as they were."""
+    problem = solution.problem
+    descs = {"x": problem.x, "w": problem.w, "y": problem.y}
+    bufs = {}
+    for role, desc in descs.items():
+        given = None if tensors is None else tensors.get(role)
+        if given is None:
+            bufs[role] = handle.backend.upload(np.zeros(desc.nbytes, dtype=np.uint8))
+            continue
+        src, host = handle.buffer(given, desc.nbytes, role)
+        if host is not None:
+            bufs[role] = src  # already a private copy
+        else:
+            bufs[role] = handle.backend.alloc(desc.nbytes)
+            handle.backend.copy(bufs[role], src, desc.nbytes)
+    workspace = handle.backend.alloc(solution.workspace) if solution.workspace else None
+    return {view: bufs[user] for view, user in problem.roles.items()}, workspace
+
+
+def time_solution(handle, solution: Solution, tensors: dict[str, Any] | None = None, runs: int = 5,
+                  prepared: tuple[dict, Any] | None = None) -> list[float]:
+    """Device-event time (ms) of each of ``runs`` runs of ``solution``."""
+    invoker = handle.prepare_invoker(solution)
+    args, workspace = prepared or device_args(handle, solution, tensors)
+    counters["benchmarks"] += 1
+    return handle.backend.time_ms(lambda: invoker(args, workspace), runs)
+
+
+def median_time(handle, solution: Solution, prepared: tuple[dict, Any], runs: int = 5,
+                budget_ms: float = 2000.0) -> float:
+    """Median of up to ``runs`` timed runs after one warm-up, fewer when a run is slow (MIOpen
+    likewise caps find's runs by time)."""
+    invoker = handle.prepare_invoker(solution)
+    args, workspace = prepared
+    counters["benchmarks"] += 1
+    (warm,) = handle.backend.time_ms(lambda: invoker(args, workspace), 1)
+    runs = max(1, min(runs, int(budget_ms / max(warm, 1e-3))))
+    return float(statistics.median(handle.backend.time_ms(lambda: invoker(args, workspace), runs)))

@@ -1,0 +1,177 @@
+"""Find 2.0 and immediate mode: list the applicable solvers, time them (or not), rank, remember.
+
+MIOPY_FIND_MODE: NORMAL always times; FAST uses the find DB, else the immediate fallback; HYBRID
+uses the find DB, else a full find; DYNAMIC_HYBRID (default) uses the find DB, else finds among
+dynamic solvers only. Any MIOPY_FIND_ENFORCE other than NONE forces NORMAL, as in MIOpen."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from miopy import config, log
+from miopy.db.find_db import FindRecord
+from miopy.engine import bench, tune
+from miopy.engine.candidates import applicable, check_problem, make_solution, resolve_solver
+from miopy.errors import BadParm, InternalError, MiopyError
+from miopy.problem.conv import ConvProblem
+from miopy.solution import Solution
+from miopy.solvers import by_name
+
+_log = log.get("miopy.engine.find")
+
+time_solution = bench.time_solution
+
+
+@dataclass(frozen=True)
+class FindOptions:
+    """MIOpen's miopenFindOptions: ranking, workspace limit, tuning."""
+
+    results_order: str = "time"  # or "workspace"
+    workspace_limit: int | None = None
+    tuning: bool = False
+
+    def __post_init__(self):
+        if self.results_order not in ("time", "workspace"):
+            raise BadParm(f"results_order={self.results_order!r}: expected time or workspace")
+        if self.workspace_limit is not None and self.workspace_limit < 0:
+            raise BadParm(f"workspace_limit={self.workspace_limit!r}: must be >= 0")
+
+
+def _rank(solutions: list[Solution], options: FindOptions) -> list[Solution]:
+    if options.workspace_limit is not None:
+        solutions = [s for s in solutions if s.workspace <= options.workspace_limit]
+    if options.results_order == "workspace":
+        return sorted(solutions, key=lambda s: (s.workspace, s.time_ms if s.time_ms is not None else 0))
+    return sorted(solutions, key=lambda s: s.time_ms if s.time_ms is not None else float("inf"))
+
+
+def _from_find_db(handle, problem: ConvProblem) -> list[Solution] | None:
+    """Solutions from the find DB record, dropping solvers that are gone or no longer applicable."""
+    if config.disable_find_db():
+        return None
+    records = handle.find_db.load(problem.key())
+    if not records:
+        return None
+    only = config.find_only_solvers()
+    view = problem.conv_view()
+    out = []
+    for rec in records:
+        solver = by_name(rec.solver)
+        if solver is None or (only is not None and solver.name not in only and str(solver.id) not in only):
+            continue
+        if solver.is_applicable(handle, view) is not None:
+            continue
+        cfg = rec.config if solver.tunable and solver.is_valid_config(handle, view, rec.config) else None
+        try:
+            solution = make_solution(handle, problem, solver, cfg)
+        except MiopyError as exc:
+            _log.warning("find DB record for %s is unusable (%s); ignored", solver.name, exc)
+            continue
+        solution.time_ms = rec.time_ms
+        out.append(solution)
+    return out or None
+
+
+def _store(handle, problem: ConvProblem, ranked: list[Solution]) -> None:
+    if config.disable_find_db():
+        return
+    ordered = sorted(ranked, key=lambda s: s.time_ms)
+    handle.find_db.store(problem.key(), [FindRecord(s.solver, float(s.time_ms), int(s.workspace),
+                                                    s.algorithm, s.config) for s in ordered])
+
+
+def _compile_all(handle, solutions: list[Solution]) -> list[Solution]:
+    """Build every candidate's kernels in parallel threads; a solver that fails to build is dropped."""
+    def build(solution: Solution) -> Solution | None:
+        try:
+            handle.prepare_invoker(solution)
+            return solution
+        except MiopyError as exc:
+            _log.warning("%s failed to build and is skipped: %s", solution.solver, exc)
+            return None
+
+    workers = max(1, min(4, len(solutions)))
+    with ThreadPoolExecutor(workers) as pool:
+        return [s for s in pool.map(build, solutions) if s is not None]
+
+
+def _full_find(handle, problem: ConvProblem, options: FindOptions, tensors, dynamic_only: bool,
+               search: bool) -> list[Solution]:
+    solvers = applicable(handle, problem, dynamic_only=dynamic_only)
+    if not solvers and dynamic_only:
+        solvers = applicable(handle, problem)
+    if not solvers:
+        raise InternalError(f"problem={problem.key()}: no applicable solver")
+    if search:
+        tune.tune(handle, problem, [s for s in solvers if s.tunable])
+    candidates = []
+    for solver in solvers:
+        if options.workspace_limit is not None and \
+                solver.workspace_size(handle, problem.conv_view()) > options.workspace_limit:
+            continue
+        candidates.append(make_solution(handle, problem, solver))
+    candidates = _compile_all(handle, candidates)
+    if not candidates:
+        raise InternalError(f"problem={problem.key()}: every applicable solver failed to build")
+    prepared = bench.device_args(handle, candidates[0], tensors)
+    for solution in candidates:
+        solution.time_ms = bench.median_time(handle, solution, prepared)
+        _log.info("find: %s %.4f ms (workspace %d)", solution.solver, solution.time_ms, solution.workspace)
+    _store(handle, problem, candidates)
+    return _rank(candidates, options)
+
+
+def find_solutions(handle, problem: ConvProblem, options: FindOptions | None = None,
+                   tensors: dict[str, Any] | None = None) -> list[Solution]:
+    """Ranked solutions for ``problem`` (Find 2.0). ``tensors`` (optional) are used to time on
+    real data; they are copied, never modified."""
+    problem = check_problem(problem)
+    options = options or FindOptions()
+    from miopy.logging_cmd import log_conv_command
+
+    log_conv_command(problem)
+    mode, enforce = config.find_mode(), config.find_enforce()
+    if enforce == "DB_CLEAN":
+        tune.clean(handle, problem)
+    search = tune.should_search(handle, problem, options.tuning, enforce)
+    if enforce != "NONE" or options.tuning:
+        mode = "NORMAL"
+    if mode != "NORMAL":
+        found = _from_find_db(handle, problem)
+        if found:
+            return _rank(found, options)
+        if mode == "FAST":
+            return _rank(_immediate_fallback(handle, problem), options)
+    return _full_find(handle, problem, options, tensors, mode == "DYNAMIC_HYBRID", search)
+
+
+def _immediate_fallback(handle, problem: ConvProblem) -> list[Solution]:
+    """No find DB record: applicable solvers in registry order, untimed."""
+    solvers = applicable(handle, problem)
+    if not solvers:
+        raise InternalError(f"problem={problem.key()}: no applicable solver")
+    return [make_solution(handle, problem, s) for s in solvers]
+
+
+def get_solutions(handle, problem: ConvProblem) -> list[Solution]:
+    """Immediate mode: the find DB's ranking when there is one, else the registry order; no timing."""
+    problem = check_problem(problem)
+    return _from_find_db(handle, problem) or _immediate_fallback(handle, problem)
+
+
+def compile_solution(handle, solution: Solution) -> Solution:
+    """Build the solution's kernels (through the kernel cache) and its invoker."""
+    handle.prepare_invoker(solution)
+    return solution
+
+
+def solution_for(handle, problem: ConvProblem, solver: str | int, config: dict | None = None) -> Solution:
+    """Immediate mode with one named solver (or id); BadParm says why it cannot run."""
+    problem = check_problem(problem)
+    from miopy.logging_cmd import log_conv_command
+
+    found = resolve_solver(handle, problem, solver)
+    log_conv_command(problem, found.id)
+    return make_solution(handle, problem, found, config)

@@ -1,0 +1,100 @@
+"""Tuning: search a tunable solver's config space on the device and keep the best in the user
+perf DB. The search strategy is pluggable; exhaustive is the default (MIOpen's)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Iterable, Protocol
+
+from miopy import log
+from miopy.engine import bench
+from miopy.engine.candidates import applicable
+from miopy.errors import MiopyError
+from miopy.problem.conv import ConvProblem
+from miopy.solvers import Solver
+
+_log = log.get("miopy.engine.tune")
+
+
+class SearchStrategy(Protocol):
+    def __call__(self, configs: list[dict], measure: Callable[[dict], float | None]) -> tuple[dict, float] | None:
+        """Pick the best of ``configs`` using ``measure`` (ms, or None when a config fails)."""
+
+
+def exhaustive(configs: list[dict], measure: Callable[[dict], float | None]) -> tuple[dict, float] | None:
+    best = None
+    for cfg in _progress(configs):
+        t = measure(cfg)
+        if t is not None and (best is None or t < best[1]):
+            best = (cfg, t)
+    return best
+
+
+def _progress(items: list) -> Iterable:
+    """A progress bar on a terminal, nothing otherwise."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc="miopy tuning", unit="config", disable=not sys.stderr.isatty(), leave=False)
+
+
+STRATEGIES: dict[str, SearchStrategy] = {"exhaustive": exhaustive}
+
+
+def should_search(handle, problem: ConvProblem, requested: bool, enforce: str) -> bool:
+    """MIOpen's FindEnforce: SEARCH / SEARCH_DB_UPDATE tune even unasked; DB_UPDATE and
+    SEARCH_DB_UPDATE tune even when the perf DB already has a record."""
+    if enforce == "DB_CLEAN":
+        return False
+    if not (requested or enforce in ("SEARCH", "SEARCH_DB_UPDATE")):
+        return False
+    if enforce in ("DB_UPDATE", "SEARCH_DB_UPDATE"):
+        return True
+    view_key = problem.conv_view().key()
+    tunables = [s for s in applicable(handle, problem) if s.tunable]
+    return any(handle.perf_db.load(view_key, s.name) is None for s in tunables)
+
+
+def clean(handle, problem: ConvProblem) -> None:
+    """DB_CLEAN: forget the user perf DB's records for this problem."""
+    handle.perf_db.remove(problem.conv_view().key())
+
+
+def tune(handle, problem: ConvProblem, solvers: list[Solver] | None = None,
+         strategy: str | SearchStrategy = "exhaustive", tensors: dict[str, Any] | None = None
+         ) -> dict[str, tuple[dict, float]]:
+    """Search each tunable solver's space for ``problem``; store the winners in the user perf DB.
+    Returns {solver name: (best config, ms)}."""
+    from miopy.engine.candidates import make_solution
+
+    pick = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
+    view = problem.conv_view()
+    if solvers is None:
+        solvers = [s for s in applicable(handle, problem) if s.tunable]
+    results = {}
+    prepared = None
+    for solver in solvers:
+        configs = [c for c in solver.search_space(handle, view) if solver.is_valid_config(handle, view, c)]
+        if not configs:
+            continue
+        _log.info("tuning %s over %d configs", solver.name, len(configs))
+
+        def measure(cfg: dict, solver=solver) -> float | None:
+            nonlocal prepared
+            try:
+                solution = make_solution(handle, problem, solver, cfg)
+                if prepared is None:
+                    prepared = bench.device_args(handle, solution, tensors)
+                return bench.median_time(handle, solution, prepared, runs=3, budget_ms=500.0)
+            except MiopyError as exc:
+                _log.warning("%s config %s failed: %s", solver.name, cfg, exc)
+                return None
+
+        best = pick(configs, measure)
+        if best is None:
+            continue
+        results[solver.name] = best
+        handle.perf_db.store(view.key(), solver.name, best[0])
+        _log.info("tuned %s: %s %.4f ms", solver.name, best[0], best[1])
+    return results

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates/updates .venv with miopy and what it needs, including an OpenCL runtime for the CPU.
+# Sourced by run-main.sh and test.sh; usage: source scripts/setup-env.sh [extras]
+set -euo pipefail
+extras="${1:-opencl}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[${extras}]"
+if ! .venv/bin/python -c 'import pyopencl as cl, sys; sys.exit(0 if any(p.get_devices() for p in cl.get_platforms()) else 1)' 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "No OpenCL platform visible: installing pocl-opencl-icd (the CPU OpenCL runtime)"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null
+    else
+        echo "No OpenCL platform visible: install an OpenCL ICD, e.g. 'sudo apt-get install pocl-opencl-icd'" >&2
+        exit 1
+    fi
+fi
+export PATH="$root/.venv/bin:$PATH"

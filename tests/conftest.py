@@ -1,0 +1,37 @@
+"""Shared fixtures: every test run writes its caches and DBs under a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+_root = tempfile.mkdtemp(prefix="miopy-tests-")
+for name, sub in (("MIOPY_CUSTOM_CACHE_DIR", "cache"), ("MIOPY_USER_DB_PATH", "db"),
+                  ("MIOPY_SYSTEM_DB_PATH", "system")):
+    os.environ[name] = os.path.join(_root, sub)
+    os.makedirs(os.environ[name], exist_ok=True)
+os.environ.setdefault("POCL_KERNEL_CACHE", "0")
+
+
+@pytest.fixture(scope="session")
+def ocl():
+    """A Handle on OpenCL (PoCL on the CPU in CI)."""
+    from miopy import backends
+    from miopy.handle import Handle
+
+    why = backends.unavailable_reason("opencl")
+    if why is not None:
+        pytest.skip(f"opencl unavailable: {why}")
+    return Handle("opencl")
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """Fresh, empty cache and DB folders for this test."""
+    for name, sub in (("MIOPY_CUSTOM_CACHE_DIR", "cache"), ("MIOPY_USER_DB_PATH", "db"),
+                      ("MIOPY_SYSTEM_DB_PATH", "system")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(name, str(tmp_path / sub))
+    return tmp_path

@@ -1,0 +1,78 @@
+"""Helpers for tests: random problems and checking a solution against the NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.tensor import TensorDesc, from_storage
+
+BASE_TOL = {"FP32": 1.5e-6, "FP16": 8.2e-3, "BF16": 8.2e-3 * 8}
+
+
+def tolerance(problem: ConvProblem) -> float:
+    tol = BASE_TOL[problem.dtype.value]
+    return tol * 2 if problem.direction is Direction.BACKWARD_WEIGHTS else tol
+
+
+def random_buffers(problem: ConvProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Stored buffers for x, w, y; the output starts as NaN so unwritten elements show."""
+    out = {}
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        values = rng.uniform(-1, 1, desc.lens).astype(np.float32)
+        if role == problem.output_role:
+            values[...] = np.nan
+        out[role] = store_logical(values, desc)
+    return out
+
+
+def output_of(problem: ConvProblem, buffers: dict[str, np.ndarray]) -> np.ndarray:
+    role = problem.output_role
+    desc = {"x": problem.x, "w": problem.w, "y": problem.y}[role]
+    return from_storage(view(buffers[role], desc), problem.dtype)
+
+
+def check(handle, solution, rng: np.random.Generator | None = None) -> float:
+    """Run ``solution`` on random data; return the error, asserting it is within tolerance."""
+    rng = rng or np.random.default_rng(0)
+    problem = solution.problem
+    bufs = random_buffers(problem, rng)
+    expected = conv_reference_buffers(problem, bufs)
+    solution.run(handle, bufs)
+    got = output_of(problem, bufs)
+    err = rms_range(got, expected)
+    assert err < tolerance(problem), f"{solution.solver} on {problem.key()}: error {err}"
+    return err
+
+
+def random_problem(rng: np.random.Generator, dims: int = 2, dtype: str = "fp32",
+                   direction: str | None = None, max_size: int = 9) -> ConvProblem:
+    """A small random problem: layouts, strides, padding, dilation, groups, transposed."""
+    while True:
+        g = int(rng.choice([1, 1, 2, 3]))
+        c = g * int(rng.integers(1, 4))
+        k = g * int(rng.integers(1, 4))
+        if rng.random() < 0.15:
+            c = k = g = int(rng.integers(2, 5))  # depthwise
+        n = int(rng.integers(1, 3))
+        sp = [int(rng.integers(3, max_size)) for _ in range(dims)]
+        if dims == 3:
+            sp[0] = int(rng.integers(2, 5))
+        fil = [int(rng.integers(1, 4)) for _ in range(dims)]
+        pads = [int(rng.integers(0, 2)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 3)) for _ in range(dims)]
+        dils = [int(rng.integers(1, 3)) for _ in range(dims)]
+        mode = "trans" if rng.random() < 0.25 else "conv"
+        opads = [int(rng.integers(0, s)) for s in strides] if mode == "trans" else None
+        layouts = ("NCHW", "NHWC") if dims == 2 else ("NCDHW", "NDHWC")
+        xl, wl, yl = (str(rng.choice(layouts)) for _ in range(3))
+        x = TensorDesc(dtype, (n, c, *sp), layout=xl)
+        wlens = (k, c // g, *fil) if mode == "conv" else (c, k // g, *fil)
+        w = TensorDesc(dtype, wlens, layout=wl)
+        direction_ = direction or str(rng.choice(["F", "B", "W"]))
+        try:
+            conv = ConvDesc(pads, strides, dils, g, mode, opads)
+            return ConvProblem.create(x, w, conv, direction_, y_layout=yl)
+        except ValueError:
+            continue  # e.g. filter larger than the padded input: draw again
