@@ -1,0 +1,238 @@
+"""Find, immediate mode, find modes, enforce modes, perf DB and tuning on OpenCL (PoCL in CI)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from support import check, random_buffers
+
+from miopy import errors
+from miopy.engine import bench
+from miopy.engine.candidates import make_solution
+from miopy.engine.find import FindOptions, find_solutions, get_solutions, solution_for
+from miopy.engine.tune import tune
+from miopy.handle import Handle
+from miopy.problem.conv import ConvDesc, ConvProblem
+from miopy.solvers import by_name
+from miopy.tensor import TensorDesc
+
+TUNABLE = "ConvDirectTiledFwd"
+
+
+def small(direction="F", c=4, k=8, hw=10, fil=3, pad=1, n=2):
+    x = TensorDesc("fp32", (n, c, hw, hw))
+    w = TensorDesc("fp32", (k, c, fil, fil))
+    return ConvProblem.create(x, w, ConvDesc((pad, pad)), direction)
+
+
+@pytest.fixture
+def handle(isolated, monkeypatch):
+    monkeypatch.delenv("MIOPY_FIND_MODE", raising=False)
+    monkeypatch.delenv("MIOPY_FIND_ENFORCE", raising=False)
+    return Handle("opencl")
+
+
+def benchmarks() -> int:
+    return bench.counters["benchmarks"]
+
+
+def test_find_times_every_candidate_and_ranks_by_time(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    problem = small()
+    found = find_solutions(handle, problem)
+    names = [s.solver for s in found]
+    assert "ConvDirectNaiveFwd" in names and len(names) >= 3
+    times = [s.time_ms for s in found]
+    assert all(t > 0 for t in times) and times == sorted(times)
+    for solution in found:
+        check(handle, solution)
+
+
+def test_ranking_follows_measured_time(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    fake = {"ConvDirectNaiveFwd": 0.5, TUNABLE: 3.0}
+    monkeypatch.setattr(bench, "median_time", lambda h, s, p, **kw: fake.get(s.solver, 1.0 + len(s.solver) / 100))
+    found = find_solutions(handle, small())
+    assert found[0].solver == "ConvDirectNaiveFwd" and found[-1].solver == TUNABLE
+    by_ws = find_solutions(handle, small(), FindOptions(results_order="workspace"))
+    assert [s.workspace for s in by_ws] == sorted(s.workspace for s in by_ws)
+    limited = find_solutions(handle, small(), FindOptions(workspace_limit=0))
+    assert limited and all(s.workspace == 0 for s in limited)
+
+
+def test_normal_mode_always_benchmarks(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    before = benchmarks()
+    first = len(find_solutions(handle, small()))
+    mid = benchmarks()
+    find_solutions(handle, small())
+    assert mid - before == first and benchmarks() - mid == first
+
+
+def test_hybrid_uses_find_db_after_first_find(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "HYBRID")
+    before = benchmarks()
+    first = find_solutions(handle, small())
+    assert benchmarks() - before == len(first)
+    before = benchmarks()
+    again = find_solutions(handle, small())
+    assert benchmarks() == before
+    assert [s.solver for s in again] == [s.solver for s in first]
+    assert [s.time_ms for s in again] == pytest.approx([s.time_ms for s in first])
+
+
+def test_fast_mode_never_benchmarks_on_a_miss(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "FAST")
+    before = benchmarks()
+    found = find_solutions(handle, small())
+    assert benchmarks() == before and found and all(s.time_ms is None for s in found)
+    check(handle, found[0])
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    timed = find_solutions(handle, small())
+    monkeypatch.setenv("MIOPY_FIND_MODE", "FAST")
+    before = benchmarks()
+    hit = find_solutions(handle, small())
+    assert benchmarks() == before and hit[0].solver == timed[0].solver and hit[0].time_ms is not None
+
+
+def test_dynamic_hybrid_finds_among_dynamic_solvers_only(handle):
+    before = benchmarks()
+    found = find_solutions(handle, small())  # the default mode
+    assert found and all(s.dynamic for s in found)
+    assert benchmarks() - before == len(found)
+    assert by_name(TUNABLE).dynamic is False and TUNABLE not in [s.solver for s in found]
+    before = benchmarks()
+    find_solutions(handle, small())
+    assert benchmarks() == before
+
+
+def test_find_only_solver_restricts_candidates(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    monkeypatch.setenv("MIOPY_DEBUG_FIND_ONLY_SOLVER", "ConvDirectNaiveFwd;" + TUNABLE)
+    assert sorted(s.solver for s in find_solutions(handle, small())) == sorted(["ConvDirectNaiveFwd", TUNABLE])
+
+
+def test_find_leaves_caller_tensors_unmodified(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    problem = small()
+    bufs = random_buffers(problem, np.random.default_rng(3))
+    copies = {k: v.copy() for k, v in bufs.items()}
+    find_solutions(handle, problem, tensors=bufs)
+    for role in bufs:
+        np.testing.assert_array_equal(bufs[role].view(np.uint8), copies[role].view(np.uint8))
+
+
+def test_immediate_mode(handle):
+    problem = small(direction="B")
+    solutions = get_solutions(handle, problem)
+    assert solutions[-1].solver == "ConvDirectNaiveBwd" and all(s.time_ms is None for s in solutions)
+    for solution in solutions:
+        check(handle, solution)
+    chosen = solution_for(handle, problem, "ConvDirectNaiveBwd")
+    assert chosen.solver == "ConvDirectNaiveBwd"
+    assert solution_for(handle, problem, str(by_name("ConvDirectNaiveBwd").id)).solver == "ConvDirectNaiveBwd"
+    with pytest.raises(errors.BadParm, match="not applicable: direction"):
+        solution_for(handle, problem, "ConvDirectNaiveFwd")
+    with pytest.raises(errors.BadParm, match="unknown solver"):
+        solution_for(handle, problem, "NoSuchSolver")
+
+
+def test_tuning_writes_perf_db_and_find_uses_it(handle):
+    problem = small()
+    results = tune(handle, problem)
+    best, ms = results[TUNABLE]
+    assert ms > 0
+    solver = by_name(TUNABLE)
+    assert solver.is_valid_config(handle, problem.conv_view(), best)
+    assert handle.perf_db.load(problem.conv_view().key(), TUNABLE) == best
+    assert make_solution(handle, problem, solver).config == best
+    # a second process (a new handle) sees the record
+    assert make_solution(Handle("opencl"), problem, solver).config == best
+
+
+def test_invalid_stored_config_warns_and_falls_back_to_default(handle, caplog):
+    problem = small()
+    solver = by_name(TUNABLE)
+    handle.perf_db.store(problem.conv_view().key(), TUNABLE, {"bogus": 1})
+    with caplog.at_level(logging.WARNING, logger="miopy"):
+        logging.getLogger("miopy").propagate = True
+        try:
+            solution = make_solution(handle, problem, solver)
+        finally:
+            logging.getLogger("miopy").propagate = False
+    assert solution.config == solver.default_config(handle, problem.conv_view())
+    assert any("Invalid config loaded from Perf Db" in r.getMessage() for r in caplog.records)
+    check(handle, solution)
+
+
+def _count_tunes(monkeypatch):
+    from miopy.engine import find as find_module
+
+    calls = []
+    real = find_module.tune.tune
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(find_module.tune, "tune", counting)
+    return calls
+
+
+def test_enforce_modes(handle, monkeypatch):
+    problem = small()
+    key = problem.conv_view().key()
+    calls = _count_tunes(monkeypatch)
+    # tuning requested, no record: search
+    find_solutions(handle, problem, FindOptions(tuning=True))
+    assert len(calls) == 1 and handle.perf_db.load(key, TUNABLE) is not None
+    # requested again with a record: skipped (NONE)
+    find_solutions(handle, problem, FindOptions(tuning=True))
+    assert len(calls) == 1
+    # DB_UPDATE: search even though a record exists
+    monkeypatch.setenv("MIOPY_FIND_ENFORCE", "DB_UPDATE")
+    find_solutions(handle, problem, FindOptions(tuning=True))
+    assert len(calls) == 2
+    # DB_CLEAN: the user record is removed, nothing searched
+    monkeypatch.setenv("MIOPY_FIND_ENFORCE", "DB_CLEAN")
+    find_solutions(handle, problem)
+    assert len(calls) == 2 and handle.perf_db.load(key, TUNABLE) is None
+    # SEARCH: tune although not requested, when no record
+    monkeypatch.setenv("MIOPY_FIND_ENFORCE", "SEARCH")
+    find_solutions(handle, problem)
+    assert len(calls) == 3 and handle.perf_db.load(key, TUNABLE) is not None
+    find_solutions(handle, problem)
+    assert len(calls) == 3
+    # SEARCH_DB_UPDATE: always
+    monkeypatch.setenv("MIOPY_FIND_ENFORCE", "SEARCH_DB_UPDATE")
+    find_solutions(handle, problem)
+    assert len(calls) == 4
+    monkeypatch.setenv("MIOPY_FIND_ENFORCE", "4")  # numeric form
+    find_solutions(handle, problem)
+    assert len(calls) == 5
+
+
+def test_bad_env_values_name_the_variable(handle, monkeypatch):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "SOMETIMES")
+    with pytest.raises(errors.BadParm, match="MIOPY_FIND_MODE"):
+        find_solutions(handle, small())
+
+
+def test_bad_problem_and_options(handle):
+    with pytest.raises(errors.BadParm, match="problem="):
+        find_solutions(handle, "3x3")
+    with pytest.raises(errors.BadParm, match="results_order"):
+        FindOptions(results_order="random")
+
+
+def test_run_rejects_bad_tensors(handle):
+    solution = get_solutions(handle, small())[0]
+    with pytest.raises(errors.BadParm, match="tensors: missing w"):
+        solution.run(handle, {"x": np.zeros(1000, np.float32), "y": np.zeros(1000, np.float32)})
+    with pytest.raises(errors.BadParm, match="x="):
+        solution.run(handle, {"x": np.zeros(3, np.float32), "w": np.zeros(1000, np.float32),
+                              "y": np.zeros(1000, np.float32)})
+    with pytest.raises(errors.BadParm, match="w="):
+        solution.run(handle, {"x": np.zeros(1000, np.float32), "w": [1, 2], "y": np.zeros(1000, np.float32)})
