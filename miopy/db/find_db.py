@@ -1,0 +1,96 @@
+"""Ranked find results per problem, in the perf DB's files: the user list, whole, wins over the system
+one. MIOPY_DEBUG_DISABLE_FIND_DB=1 turns it off."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from miopy import config, log
+from miopy.db.perf_db import dump_json, load_json, udb_files
+from miopy.db.sqlite import SqliteFile
+
+_log = log.get("miopy.db")
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS find_db (
+    problem_key TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    solver TEXT NOT NULL,
+    time_ms REAL NOT NULL,
+    workspace INTEGER NOT NULL,
+    algorithm TEXT NOT NULL,
+    params TEXT,
+    version TEXT NOT NULL,
+    PRIMARY KEY (problem_key, rank)
+);
+"""
+
+
+@dataclass
+class FindRecord:
+    solver: str
+    time_ms: float
+    workspace: int
+    algorithm: str
+    config: dict[str, Any] | None = None
+
+
+class FindDb:
+    def __init__(self, db_basename: str, backend_name: str):
+        self._user, self._system = udb_files(db_basename, backend_name, "find_db", SCHEMA, SCHEMA_VERSION)
+
+    def load(self, problem_key: str) -> list[FindRecord] | None:
+        """The ranked records, fastest first as stored, or None when neither file has the problem."""
+        if config.disable_find_db():
+            return None
+        for db in (self._user, self._system):
+            records = self._load(db, problem_key)
+            if records:
+                return records
+        return None
+
+    def _load(self, db: SqliteFile, problem_key: str) -> list[FindRecord] | None:
+        sql = (
+            "SELECT solver, time_ms, workspace, algorithm, params FROM find_db WHERE problem_key = ? "
+            "ORDER BY rank"
+        )
+        records = []
+        for solver, time_ms, workspace, algorithm, params in db.query(sql, (problem_key,)):
+            solver_config = None
+            if params is not None:
+                solver_config = load_json(params, f"{db.path}: find {problem_key} {solver}")
+                if solver_config is None:
+                    return None  # a list with a hole would rank the wrong solver first
+            records.append(FindRecord(solver, float(time_ms), int(workspace), algorithm, solver_config))
+        return records or None
+
+    def store(self, problem_key: str, records: list[FindRecord]) -> None:
+        """Replace the user list of the problem."""
+        if config.disable_find_db():
+            return
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            ("DELETE FROM find_db WHERE problem_key = ?", (problem_key,))
+        ]
+        sql = (
+            "INSERT INTO find_db (problem_key, rank, solver, time_ms, workspace, algorithm, params, version) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        for rank, rec in enumerate(records):
+            params = None
+            if rec.config is not None:
+                params = dump_json(rec.config, f"find db {problem_key} {rec.solver}")
+                if params is None:
+                    return
+            row = (problem_key, rank, rec.solver, float(rec.time_ms), int(rec.workspace), rec.algorithm)
+            statements.append((sql, (*row, params, config.VERSION)))
+        self._user.write(statements)
+
+    def remove(self, problem_key: str) -> None:
+        if not config.disable_find_db():
+            self._user.write([("DELETE FROM find_db WHERE problem_key = ?", (problem_key,))])
+
+    def close(self) -> None:
+        self._user.close()
+        self._system.close()

@@ -1,0 +1,349 @@
+"""One SQLite file shared by many processes; every DB in miopy goes through ``SqliteFile``.
+
+Trouble never reaches the caller: a corrupt user file is moved aside and recreated, an unusable one
+turns the object into a no-op (reads miss, writes are dropped), each with one warning."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from miopy import log
+
+_log = log.get("miopy.db")
+
+BUSY_TIMEOUT_S = 60.0
+# Anything smaller cannot hold a database page; MIOpen treats such files (Git-LFS pointers) as absent.
+MIN_SYSTEM_FILE_BYTES = 512
+
+_BUSY, _CORRUPT = {5, 6}, {11, 26}  # SQLITE_BUSY/LOCKED, SQLITE_CORRUPT/NOTADB
+_warned: set[tuple[str, str]] = set()
+# Connections inherited through fork() must not be closed (or collected) in the child: closing one
+# can checkpoint or unlock the parent's file. They are parked here instead.
+_inherited: list[sqlite3.Connection] = []
+_T = TypeVar("_T")
+
+Statement = tuple[str, Sequence[Any]]
+
+
+class _Corrupt(Exception):
+    pass
+
+
+def warn_path(path: Path, kind: str, message: str) -> None:
+    """Warn once per process for ``kind`` of trouble with ``path``, whatever the details say."""
+    if (kind, str(path)) not in _warned:
+        _warned.add((kind, str(path)))
+        _log.warning(message)
+
+
+def system_file_present(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size >= MIN_SYSTEM_FILE_BYTES
+    except OSError:
+        return False
+
+
+def _error_kind(exc: sqlite3.Error) -> str:
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(exc).lower()
+    if primary in _BUSY or "locked" in text or "busy" in text:
+        return "busy"
+    if primary in _CORRUPT or "malformed" in text or "not a database" in text:
+        return "corrupt"
+    return "io"
+
+
+@contextlib.contextmanager
+def _dir_lock(directory: Path) -> Iterator[None]:
+    """An exclusive flock on the directory, so that only one process moves a corrupt file aside."""
+    try:
+        import fcntl
+
+        fd = os.open(directory, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+class SqliteFile:
+    """``component`` names this user of the file in its ``meta`` table, so that several DBs with
+    their own schemas and versions can share one file. ``readonly`` files (system DBs) are opened
+    immutable and are never repaired; a missing one, or one under 512 bytes, reads as empty."""
+
+    def __init__(
+        self, path: Path, component: str, schema_sql: str, schema_version: int, readonly: bool = False
+    ):
+        self.path = Path(path)
+        self.component = component
+        self.schema_sql = schema_sql
+        self.schema_version = schema_version
+        self.readonly = readonly
+        self._tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql, re.IGNORECASE)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._ident: tuple[int, int] | None = None
+        self._disabled = False
+
+    # ---- public ------------------------------------------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read, or [] when the file is absent or unusable."""
+        result = self._run(lambda conn: conn.execute(sql, params).fetchall())
+        return result if result is not None else []
+
+    def write(self, statements: Sequence[Statement]) -> bool:
+        """Run ``statements`` as one transaction; False when the write was dropped."""
+        if self.readonly:
+            return False
+        return self._run(lambda conn: self._transaction(conn, statements)) is not None
+
+    @property
+    def usable(self) -> bool:
+        with self._lock:
+            return self._connection() is not None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.close()
+            self._conn = None
+
+    # ---- running statements ----------------------------------------------------------------------
+    def _run(self, action: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        with self._lock:
+            for attempt in range(2):
+                conn = self._connection()
+                if conn is None:
+                    return None
+                try:
+                    return self._retry_busy(lambda c=conn: action(c))
+                except sqlite3.DatabaseError as exc:
+                    if _error_kind(exc) == "corrupt" and not self.readonly and attempt == 0:
+                        self._move_aside(str(exc))
+                        continue
+                    self._give_up(exc)
+                    return None
+        return None
+
+    @staticmethod
+    def _transaction(conn: sqlite3.Connection, statements: Sequence[Statement]) -> bool:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in statements:
+                conn.execute(sql, params)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return True
+
+    def _retry_busy(self, step: Callable[[], _T]) -> _T:
+        # busy_timeout covers most waits; some (WAL recovery, journal-mode changes) return BUSY at
+        # once, so keep trying with jittered back-off until the same deadline.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay = 0.005
+        while True:
+            try:
+                return step()
+            except sqlite3.OperationalError as exc:
+                if _error_kind(exc) != "busy" or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+    def _give_up(self, exc: BaseException) -> None:
+        if self.readonly:
+            warn_path(self.path, "unusable", f"cannot read {self.path} ({exc}); ignoring it")
+        else:
+            warn_path(self.path, "unusable", f"cannot use {self.path} ({exc}); continuing without it")
+        self._disabled = True
+        self.close()
+
+    # ---- opening -----------------------------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection | None:
+        if self._conn is not None and self._pid != os.getpid():
+            _inherited.append(self._conn)
+            self._conn = None
+        if self._conn is None and not self._disabled:
+            for attempt in range(2):
+                try:
+                    self._conn = self._open_readonly() if self.readonly else self._open()
+                    self._pid = os.getpid()
+                    break
+                except _Corrupt as exc:
+                    if self.readonly or attempt == 1:
+                        self._give_up(exc)
+                        break
+                    self._move_aside(str(exc))
+                except (OSError, sqlite3.DatabaseError) as exc:
+                    self._give_up(exc)
+                    break
+        return self._conn
+
+    def _connect(self, target: str, uri: bool) -> sqlite3.Connection:
+        return sqlite3.connect(
+            target, uri=uri, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+
+    def _open_readonly(self) -> sqlite3.Connection | None:
+        if not system_file_present(self.path):
+            self._disabled = True
+            return None
+        # immutable: installed files do not change under us, and a plain read-only open of a
+        # WAL-mode file would leave -wal/-shm files in the system directory (or fail there).
+        conn = self._connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            found = self._version(conn)
+        except BaseException:
+            conn.close()
+            raise
+        if found != self.schema_version:
+            conn.close()
+            warn_path(
+                self.path,
+                "version",
+                f"{self.path}: {self.component} schema version {found}, "
+                f"expected {self.schema_version}; ignoring it",
+            )
+            self._disabled = True
+            return None
+        return conn
+
+    def _open(self) -> sqlite3.Connection | None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The header is left to SQLite (SQLITE_NOTADB): opening and closing the file ourselves would
+        # drop the POSIX locks that this process's other connections to it hold.
+        existed = self._stat()
+        conn = self._connect(str(self.path), uri=False)
+        try:
+            if not existed:
+                self._stat()
+            if existed:
+                check = self._retry_busy(lambda: conn.execute("PRAGMA quick_check(1)").fetchall())
+                if check != [("ok",)]:
+                    raise _Corrupt(f"quick_check: {check[0][0] if check else 'no answer'}")
+            self._retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchall())
+            conn.execute("PRAGMA synchronous=NORMAL")
+            if self._ensure_schema(conn):
+                return conn
+            self._disabled = True
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            # A file that is damaged past its header fails here, in whichever statement reads it first.
+            if _error_kind(exc) == "corrupt":
+                raise _Corrupt(str(exc)) from exc
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        return None
+
+    def _stat(self) -> bool:
+        """Remember which file we open, so that a repair can tell if someone replaced it meanwhile."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._ident = None
+            return False
+        self._ident = (st.st_dev, st.st_ino)
+        return True
+
+    def _version(self, conn: sqlite3.Connection) -> int | None:
+        row = conn.execute("SELECT version FROM meta WHERE component = ?", (self.component,)).fetchone()
+        return row[0] if row else None
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> bool:
+        def current() -> int | None:
+            try:
+                return self._version(conn)
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+
+        if self._retry_busy(current) == self.schema_version:
+            return True
+
+        def migrate() -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (component TEXT PRIMARY KEY, version INTEGER)")
+                found = self._version(conn)
+                if found is not None and found > self.schema_version:
+                    conn.execute("ROLLBACK")
+                    warn_path(
+                        self.path,
+                        "version",
+                        f"{self.path}: {self.component} schema version {found} "
+                        f"is newer than {self.schema_version}; continuing without it",
+                    )
+                    return False
+                if found is not None and found < self.schema_version:
+                    # No older schema has shipped that is worth converting; its records are stale
+                    # caches. Other components in the file keep theirs.
+                    _log.warning(
+                        "%s: %s schema version %s is older than %s; starting it afresh",
+                        self.path,
+                        self.component,
+                        found,
+                        self.schema_version,
+                    )
+                    for table in self._tables:
+                        conn.execute(f"DROP TABLE IF EXISTS {table}")
+                for statement in self.schema_sql.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)", (self.component, self.schema_version)
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return True
+
+        return self._retry_busy(migrate)
+
+    # ---- repair ------------------------------------------------------------------------------------
+    def _move_aside(self, reason: str) -> None:
+        """Rename the corrupt file (with its -wal/-shm) aside, unless another process already did."""
+        opened = self._ident
+        self.close()
+        self._ident = None
+        try:
+            with _dir_lock(self.path.parent):
+                try:
+                    st = os.stat(self.path)
+                except FileNotFoundError:
+                    return
+                if opened is not None and (st.st_dev, st.st_ino) != opened:
+                    return  # someone replaced it since we opened it
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
+                os.replace(self.path, aside)
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+        except OSError as exc:
+            self._give_up(exc)
+            return
+        _log.warning("%s is corrupt (%s); moved it to %s and starting afresh", self.path, reason, aside.name)
