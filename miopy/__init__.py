@@ -1,8 +1,16 @@
 """miopy: MIOpen's deep-learning primitives in Python, on CUDA and OpenCL."""
 
 from miopy.config import VERSION as __version__
-from miopy.errors import (AllocFailed, BackendUnavailable, BadParm, CompileError, InternalError, MiopyError,
-                          NotImplementedStatus, UnsupportedOp)
+from miopy.errors import (
+    AllocFailed,
+    BackendUnavailable,
+    BadParm,
+    CompileError,
+    InternalError,
+    MiopyError,
+    NotImplementedStatus,
+    UnsupportedOp,
+)
 from miopy.handle import Handle
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solution import KernelSpec, Solution
@@ -22,7 +30,28 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["AllocFailed", "BackendUnavailable", "BadParm", "CompileError", "ConvDesc", "ConvProblem",
-           "DataType", "Direction", "FindOptions", "Handle", "InternalError", "KernelSpec", "MiopyError",
-           "NotImplementedStatus", "Solution", "TensorDesc", "UnsupportedOp", "__version__",
-           "compile_solution", "find_solutions", "get_solutions", "solution_for", "tune"]
+__all__ = [
+    "AllocFailed",
+    "BackendUnavailable",
+    "BadParm",
+    "CompileError",
+    "ConvDesc",
+    "ConvProblem",
+    "DataType",
+    "Direction",
+    "FindOptions",
+    "Handle",
+    "InternalError",
+    "KernelSpec",
+    "MiopyError",
+    "NotImplementedStatus",
+    "Solution",
+    "TensorDesc",
+    "UnsupportedOp",
+    "__version__",
+    "compile_solution",
+    "find_solutions",
+    "get_solutions",
+    "solution_for",
+    "tune",
+]

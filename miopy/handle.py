@@ -29,8 +29,13 @@ class Handle:
         self._kernel_cache = None
         self._perf_db = None
         self._find_db = None
-        _log.info("handle: backend %s, device %s (%s, %d CUs)", self.backend.name, self.info.name,
-                  self.info.arch, self.info.compute_units)
+        _log.info(
+            "handle: backend %s, device %s (%s, %d CUs)",
+            self.backend.name,
+            self.info.name,
+            self.info.arch,
+            self.info.compute_units,
+        )
 
     # ---- identity ---------------------------------------------------------------------------------
     @property
@@ -77,20 +82,27 @@ class Handle:
             kernel = self._programs.get(program_key)
         if kernel is None:
             source, source_hash = self.backend.read_source(spec.file)
-            key = KernelKey(spec.file + self.backend.kernel_ext, spec.name, " ".join(options),
-                            source_hash, self.info.fingerprint)
+            key = KernelKey(
+                spec.file + self.backend.kernel_ext,
+                spec.name,
+                " ".join(options),
+                source_hash,
+                self.info.fingerprint,
+            )
             with self._cache_lock:
                 binary = self.kernel_cache.get(key)
             if binary is not None:
                 try:
                     kernel = self.backend.load(binary, spec.name)
                 except Exception as exc:  # a stale or foreign binary is a miss, never an error
-                    _log.warning("cached binary for %s/%s did not load (%s); rebuilding", spec.file,
-                                 spec.name, exc)
+                    _log.warning(
+                        "cached binary for %s/%s did not load (%s); rebuilding", spec.file, spec.name, exc
+                    )
                     binary = None
             if binary is None:
-                _log.info("compiling %s%s %s %s", spec.file, self.backend.kernel_ext, spec.name,
-                          " ".join(options))
+                _log.info(
+                    "compiling %s%s %s %s", spec.file, self.backend.kernel_ext, spec.name, " ".join(options)
+                )
                 binary = self.backend.build(source, spec.file + self.backend.kernel_ext, list(options))
                 with self._cache_lock:
                     self.kernel_cache.put(key, binary)
@@ -126,8 +138,11 @@ class Handle:
             if obj.nbytes < nbytes:
                 raise bad(field, f"array of {obj.nbytes} bytes", f"the tensor needs {nbytes} bytes")
             if not obj.flags.c_contiguous:
-                raise bad(field, "non-contiguous array", "pass a C-contiguous array (the descriptor's "
-                          "strides describe the layout)")
+                raise bad(
+                    field,
+                    "non-contiguous array",
+                    "pass a C-contiguous array (the descriptor's strides describe the layout)",
+                )
             return self.backend.upload(obj), obj
         wrapped = self.backend.wrap(obj)
         if wrapped is None:

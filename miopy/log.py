@@ -11,8 +11,16 @@ logger = logging.getLogger("miopy")
 INFO2 = 15
 logging.addLevelName(INFO2, "INFO2")
 # MIOpen level -> logging level. 0 means "default", which is Warning as in MIOpen release builds.
-_LEVELS = {0: logging.WARNING, 1: logging.CRITICAL + 10, 2: logging.CRITICAL, 3: logging.ERROR,
-           4: logging.WARNING, 5: logging.INFO, 6: INFO2, 7: logging.DEBUG}
+_LEVELS = {
+    0: logging.WARNING,
+    1: logging.CRITICAL + 10,
+    2: logging.CRITICAL,
+    3: logging.ERROR,
+    4: logging.WARNING,
+    5: logging.INFO,
+    6: INFO2,
+    7: logging.DEBUG,
+}
 _configured = False
 
 

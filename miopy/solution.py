@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from miopy.backends.base import Backend
@@ -23,8 +24,9 @@ class KernelSpec:
     global_size: tuple[int, ...] = (1,)
     local_size: tuple[int, ...] = (1,)
 
-    def __init__(self, file: str, name: str, defines: dict[str, Any] | None = None,
-                 global_size=(1,), local_size=(1,)):
+    def __init__(
+        self, file: str, name: str, defines: dict[str, Any] | None = None, global_size=(1,), local_size=(1,)
+    ):
         object.__setattr__(self, "file", file)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "defines", tuple(sorted((defines or {}).items())))
@@ -41,8 +43,9 @@ class CompiledKernel:
     kernel: Any  # the backend's launchable object
 
     def launch(self, backend: Backend, args: list[Any], global_size=None, local_size=None) -> None:
-        backend.launch(self.kernel, global_size or self.spec.global_size,
-                       local_size or self.spec.local_size, args)
+        backend.launch(
+            self.kernel, global_size or self.spec.global_size, local_size or self.spec.local_size, args
+        )
 
 
 # invoker(args by conv-view role: {"x": buf, "w": buf, "y": buf}, workspace buffer or None)

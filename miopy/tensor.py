@@ -33,8 +33,17 @@ class DataType(enum.Enum):
     def parse(cls, text: str | DataType) -> DataType:
         if isinstance(text, DataType):
             return text
-        aliases = {"FP32": "FP32", "FLOAT": "FP32", "FLOAT32": "FP32", "FP16": "FP16", "HALF": "FP16",
-                   "FLOAT16": "FP16", "BF16": "BF16", "BFP16": "BF16", "BFLOAT16": "BF16"}
+        aliases = {
+            "FP32": "FP32",
+            "FLOAT": "FP32",
+            "FLOAT32": "FP32",
+            "FP16": "FP16",
+            "HALF": "FP16",
+            "FLOAT16": "FP16",
+            "BF16": "BF16",
+            "BFP16": "BF16",
+            "BFLOAT16": "BF16",
+        }
         key = str(text).upper()
         if key not in aliases:
             raise bad("dtype", text, "expected fp32, fp16 or bf16")

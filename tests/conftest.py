@@ -8,8 +8,11 @@ import tempfile
 import pytest
 
 _root = tempfile.mkdtemp(prefix="miopy-tests-")
-for name, sub in (("MIOPY_CUSTOM_CACHE_DIR", "cache"), ("MIOPY_USER_DB_PATH", "db"),
-                  ("MIOPY_SYSTEM_DB_PATH", "system")):
+for name, sub in (
+    ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
+    ("MIOPY_USER_DB_PATH", "db"),
+    ("MIOPY_SYSTEM_DB_PATH", "system"),
+):
     os.environ[name] = os.path.join(_root, sub)
     os.makedirs(os.environ[name], exist_ok=True)
 os.environ.setdefault("POCL_KERNEL_CACHE", "0")
@@ -30,8 +33,11 @@ def ocl():
 @pytest.fixture
 def isolated(tmp_path, monkeypatch):
     """Fresh, empty cache and DB folders for this test."""
-    for name, sub in (("MIOPY_CUSTOM_CACHE_DIR", "cache"), ("MIOPY_USER_DB_PATH", "db"),
-                      ("MIOPY_SYSTEM_DB_PATH", "system")):
+    for name, sub in (
+        ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
+        ("MIOPY_USER_DB_PATH", "db"),
+        ("MIOPY_SYSTEM_DB_PATH", "system"),
+    ):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(name, str(tmp_path / sub))
     return tmp_path

@@ -46,8 +46,13 @@ def check(handle, solution, rng: np.random.Generator | None = None) -> float:
     return err
 
 
-def random_problem(rng: np.random.Generator, dims: int = 2, dtype: str = "fp32",
-                   direction: str | None = None, max_size: int = 9) -> ConvProblem:
+def random_problem(
+    rng: np.random.Generator,
+    dims: int = 2,
+    dtype: str = "fp32",
+    direction: str | None = None,
+    max_size: int = 9,
+) -> ConvProblem:
     """A small random problem: layouts, strides, padding, dilation, groups, transposed."""
     while True:
         g = int(rng.choice([1, 1, 2, 3]))

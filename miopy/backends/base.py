@@ -6,9 +6,10 @@ from __future__ import annotations
 import abc
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -82,8 +83,9 @@ class Backend(abc.ABC):
         """A launchable kernel from a binary made by ``build``."""
 
     @abc.abstractmethod
-    def launch(self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...],
-               args: list[Any]) -> None:
+    def launch(
+        self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...], args: list[Any]
+    ) -> None:
         """Enqueue ``kernel``. ``global_size`` is the total work-item count per dimension (OpenCL
         semantics, a multiple of ``local_size``). ``args`` holds buffers and NumPy scalars."""
 
@@ -95,10 +97,28 @@ class Backend(abc.ABC):
         """Device-event time of each of ``runs`` calls of ``fn`` (which only enqueues work)."""
 
     # ---- library calls (optional) -------------------------------------------------------------
-    def gemm(self, dtype: Any, trans_a: bool, trans_b: bool, m: int, n: int, k: int,
-             a: Any, a_offset: int, lda: int, b: Any, b_offset: int, ldb: int,
-             c: Any, c_offset: int, ldc: int, batch: int = 1, stride_a: int = 0, stride_b: int = 0,
-             stride_c: int = 0) -> None:
+    def gemm(
+        self,
+        dtype: Any,
+        trans_a: bool,
+        trans_b: bool,
+        m: int,
+        n: int,
+        k: int,
+        a: Any,
+        a_offset: int,
+        lda: int,
+        b: Any,
+        b_offset: int,
+        ldb: int,
+        c: Any,
+        c_offset: int,
+        ldc: int,
+        batch: int = 1,
+        stride_a: int = 0,
+        stride_b: int = 0,
+        stride_c: int = 0,
+    ) -> None:
         """Vendor GEMM (cuBLAS on CUDA), row-major: for each of ``batch`` matrices,
         C[m, n] = op(A)[m, k] @ op(B)[k, n], fp32 accumulation, beta = 0. Offsets, leading
         dimensions and batch strides are in elements of ``dtype`` (a miopy DataType).

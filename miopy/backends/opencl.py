@@ -6,7 +6,8 @@ has no cl_khr_fp16. PyOpenCL's own binary cache is bypassed: ours is the only on
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -74,9 +75,14 @@ class Backend(BackendBase):
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
         d = self.device
         fingerprint = f"{d.platform.name} {d.platform.version}|{d.name}|{d.driver_version}|{d.version}"
-        self.info = DeviceInfo(name=d.name.strip(), arch=_arch(d), compute_units=d.max_compute_units,
-                               fingerprint=fingerprint, max_work_group_size=d.max_work_group_size,
-                               local_mem_size=d.local_mem_size)
+        self.info = DeviceInfo(
+            name=d.name.strip(),
+            arch=_arch(d),
+            compute_units=d.max_compute_units,
+            fingerprint=fingerprint,
+            max_work_group_size=d.max_work_group_size,
+            local_mem_size=d.local_mem_size,
+        )
         self._recording: list | None = None
 
     # ---- memory -------------------------------------------------------------------------------
@@ -124,8 +130,9 @@ class Backend(BackendBase):
         program = cl.Program(self.ctx, [self.device], [binary]).build()
         return cl.Kernel(program, kernel_name)
 
-    def launch(self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...],
-               args: list[Any]) -> None:
+    def launch(
+        self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...], args: list[Any]
+    ) -> None:
         kernel.set_args(*args)
         event = cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
         if self._recording is not None:

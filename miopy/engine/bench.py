@@ -35,8 +35,13 @@ def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> t
     return {view: bufs[user] for view, user in problem.roles.items()}, workspace
 
 
-def time_solution(handle, solution: Solution, tensors: dict[str, Any] | None = None, runs: int = 5,
-                  prepared: tuple[dict, Any] | None = None) -> list[float]:
+def time_solution(
+    handle,
+    solution: Solution,
+    tensors: dict[str, Any] | None = None,
+    runs: int = 5,
+    prepared: tuple[dict, Any] | None = None,
+) -> list[float]:
     """Device-event time (ms) of each of ``runs`` runs of ``solution``."""
     invoker = handle.prepare_invoker(solution)
     args, workspace = prepared or device_args(handle, solution, tensors)
@@ -44,8 +49,9 @@ def time_solution(handle, solution: Solution, tensors: dict[str, Any] | None = N
     return handle.backend.time_ms(lambda: invoker(args, workspace), runs)
 
 
-def median_time(handle, solution: Solution, prepared: tuple[dict, Any], runs: int = 5,
-                budget_ms: float = 2000.0) -> float:
+def median_time(
+    handle, solution: Solution, prepared: tuple[dict, Any], runs: int = 5, budget_ms: float = 2000.0
+) -> float:
     """Median of up to ``runs`` timed runs after one warm-up, fewer when a run is slow (MIOpen
     likewise caps find's runs by time)."""
     invoker = handle.prepare_invoker(solution)

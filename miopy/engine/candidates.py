@@ -48,8 +48,12 @@ def stored_config(handle, problem: ConvProblem, solver: Solver) -> dict | None:
         return None
     if solver.is_valid_config(handle, view, record):
         return record
-    _log.warning("Invalid config loaded from Perf Db: %s for %s: %s. Performance may degrade.",
-                 solver.name, view.key(), record)
+    _log.warning(
+        "Invalid config loaded from Perf Db: %s for %s: %s. Performance may degrade.",
+        solver.name,
+        view.key(),
+        record,
+    )
     return None
 
 

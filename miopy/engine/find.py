@@ -78,12 +78,15 @@ def _store(handle, problem: ConvProblem, ranked: list[Solution]) -> None:
     if config.disable_find_db():
         return
     ordered = sorted(ranked, key=lambda s: s.time_ms)
-    handle.find_db.store(problem.key(), [FindRecord(s.solver, float(s.time_ms), int(s.workspace),
-                                                    s.algorithm, s.config) for s in ordered])
+    handle.find_db.store(
+        problem.key(),
+        [FindRecord(s.solver, float(s.time_ms), int(s.workspace), s.algorithm, s.config) for s in ordered],
+    )
 
 
 def _compile_all(handle, solutions: list[Solution]) -> list[Solution]:
     """Build every candidate's kernels in parallel threads; a solver that fails to build is dropped."""
+
     def build(solution: Solution) -> Solution | None:
         try:
             handle.prepare_invoker(solution)
@@ -97,8 +100,9 @@ def _compile_all(handle, solutions: list[Solution]) -> list[Solution]:
         return [s for s in pool.map(build, solutions) if s is not None]
 
 
-def _full_find(handle, problem: ConvProblem, options: FindOptions, tensors, dynamic_only: bool,
-               search: bool) -> list[Solution]:
+def _full_find(
+    handle, problem: ConvProblem, options: FindOptions, tensors, dynamic_only: bool, search: bool
+) -> list[Solution]:
     solvers = applicable(handle, problem, dynamic_only=dynamic_only)
     if not solvers and dynamic_only:
         solvers = applicable(handle, problem)
@@ -108,8 +112,10 @@ def _full_find(handle, problem: ConvProblem, options: FindOptions, tensors, dyna
         tune.tune(handle, problem, [s for s in solvers if s.tunable])
     candidates = []
     for solver in solvers:
-        if options.workspace_limit is not None and \
-                solver.workspace_size(handle, problem.conv_view()) > options.workspace_limit:
+        if (
+            options.workspace_limit is not None
+            and solver.workspace_size(handle, problem.conv_view()) > options.workspace_limit
+        ):
             continue
         candidates.append(make_solution(handle, problem, solver))
     candidates = _compile_all(handle, candidates)
@@ -123,8 +129,9 @@ def _full_find(handle, problem: ConvProblem, options: FindOptions, tensors, dyna
     return _rank(candidates, options)
 
 
-def find_solutions(handle, problem: ConvProblem, options: FindOptions | None = None,
-                   tensors: dict[str, Any] | None = None) -> list[Solution]:
+def find_solutions(
+    handle, problem: ConvProblem, options: FindOptions | None = None, tensors: dict[str, Any] | None = None
+) -> list[Solution]:
     """Ranked solutions for ``problem`` (Find 2.0). ``tensors`` (optional) are used to time on
     real data; they are copied, never modified."""
     problem = check_problem(problem)

@@ -4,7 +4,8 @@ perf DB. The search strategy is pluggable; exhaustive is the default (MIOpen's).
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from miopy import log
 from miopy.engine import bench
@@ -17,7 +18,9 @@ _log = log.get("miopy.engine.tune")
 
 
 class SearchStrategy(Protocol):
-    def __call__(self, configs: list[dict], measure: Callable[[dict], float | None]) -> tuple[dict, float] | None:
+    def __call__(
+        self, configs: list[dict], measure: Callable[[dict], float | None]
+    ) -> tuple[dict, float] | None:
         """Pick the best of ``configs`` using ``measure`` (ms, or None when a config fails)."""
 
 
@@ -61,9 +64,13 @@ def clean(handle, problem: ConvProblem) -> None:
     handle.perf_db.remove(problem.conv_view().key())
 
 
-def tune(handle, problem: ConvProblem, solvers: list[Solver] | None = None,
-         strategy: str | SearchStrategy = "exhaustive", tensors: dict[str, Any] | None = None
-         ) -> dict[str, tuple[dict, float]]:
+def tune(
+    handle,
+    problem: ConvProblem,
+    solvers: list[Solver] | None = None,
+    strategy: str | SearchStrategy = "exhaustive",
+    tensors: dict[str, Any] | None = None,
+) -> dict[str, tuple[dict, float]]:
     """Search each tunable solver's space for ``problem``; store the winners in the user perf DB.
     Returns {solver name: (best config, ms)}."""
     from miopy.engine.candidates import make_solution

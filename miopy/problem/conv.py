@@ -20,8 +20,17 @@ class Direction(enum.Enum):
     def parse(cls, value: str | Direction) -> Direction:
         if isinstance(value, Direction):
             return value
-        names = {"F": "F", "FWD": "F", "FORWARD": "F", "B": "B", "BWD": "B", "BACKWARD_DATA": "B",
-                 "W": "W", "WRW": "W", "BACKWARD_WEIGHTS": "W"}
+        names = {
+            "F": "F",
+            "FWD": "F",
+            "FORWARD": "F",
+            "B": "B",
+            "BWD": "B",
+            "BACKWARD_DATA": "B",
+            "W": "W",
+            "WRW": "W",
+            "BACKWARD_WEIGHTS": "W",
+        }
         key = str(value).upper()
         if key not in names:
             raise bad("direction", value, "expected forward, backward_data or backward_weights")
@@ -61,16 +70,25 @@ class ConvDesc:
     trans_output_pads: tuple[int, ...] = ()
     pad_mode: str = "default"
 
-    def __init__(self, pads=(0, 0), strides=None, dilations=None, groups: int = 1, mode: str = "conv",
-                 trans_output_pads=None, pad_mode: str = "default"):
+    def __init__(
+        self,
+        pads=(0, 0),
+        strides=None,
+        dilations=None,
+        groups: int = 1,
+        mode: str = "conv",
+        trans_output_pads=None,
+        pad_mode: str = "default",
+    ):
         pads = _tuple("pads", pads, None, 0)
         dims = len(pads)
         if dims not in (2, 3):
             raise bad("pads", pads, "expected 2 or 3 values (2-d or 3-d convolution)")
         strides = _tuple("strides", strides if strides is not None else (1,) * dims, dims, 1)
         dilations = _tuple("dilations", dilations if dilations is not None else (1,) * dims, dims, 1)
-        opads = _tuple("trans_output_pads", trans_output_pads if trans_output_pads is not None
-                       else (0,) * dims, dims, 0)
+        opads = _tuple(
+            "trans_output_pads", trans_output_pads if trans_output_pads is not None else (0,) * dims, dims, 0
+        )
         try:
             groups = int(groups)
         except (TypeError, ValueError):
@@ -88,9 +106,15 @@ class ConvDesc:
         for o, s, d in zip(opads, strides, dilations):
             if o >= max(s, d):
                 raise bad("trans_output_pads", opads, "each must be smaller than its stride or dilation")
-        for name, value in (("pads", pads), ("strides", strides), ("dilations", dilations),
-                            ("groups", groups), ("mode", mode), ("trans_output_pads", opads),
-                            ("pad_mode", pad_mode)):
+        for name, value in (
+            ("pads", pads),
+            ("strides", strides),
+            ("dilations", dilations),
+            ("groups", groups),
+            ("mode", mode),
+            ("trans_output_pads", opads),
+            ("pad_mode", pad_mode),
+        ):
             object.__setattr__(self, name, value)
 
     @property
@@ -98,8 +122,9 @@ class ConvDesc:
         return len(self.pads)
 
 
-def _out_len(size: int, fil: int, pad: int, stride: int, dil: int, mode: str, pad_mode: str,
-             opad: int) -> tuple[int, int]:
+def _out_len(
+    size: int, fil: int, pad: int, stride: int, dil: int, mode: str, pad_mode: str, opad: int
+) -> tuple[int, int]:
     """(output length, low-side pad) of one spatial axis."""
     span = dil * (fil - 1) + 1
     if mode == "conv":
@@ -138,8 +163,15 @@ class ConvProblem:
     pads: tuple[int, ...]  # resolved low-side pads (pad mode applied)
 
     @classmethod
-    def create(cls, x: TensorDesc, w: TensorDesc, conv: ConvDesc, direction: Direction | str,
-               y_layout: str | None = None, y_strides=None) -> ConvProblem:
+    def create(
+        cls,
+        x: TensorDesc,
+        w: TensorDesc,
+        conv: ConvDesc,
+        direction: Direction | str,
+        y_layout: str | None = None,
+        y_strides=None,
+    ) -> ConvProblem:
         """Build the problem, deriving y's lens from x, w and conv (y takes x's layout by default)."""
         lens, pads = cls._output(x, w, conv)
         if y_strides is not None:
@@ -148,18 +180,32 @@ class ConvProblem:
             y = TensorDesc(x.dtype, lens, layout=y_layout or (x.layout if x.packed else None))
         return cls(x, w, y, conv, Direction.parse(direction), pads)
 
-    def __init__(self, x: TensorDesc, w: TensorDesc, y: TensorDesc, conv: ConvDesc,
-                 direction: Direction | str, pads=None):
+    def __init__(
+        self,
+        x: TensorDesc,
+        w: TensorDesc,
+        y: TensorDesc,
+        conv: ConvDesc,
+        direction: Direction | str,
+        pads=None,
+    ):
         lens, resolved = self._output(x, w, conv)
         if tuple(y.lens) != lens:
             raise bad("y.lens", y.lens, f"expected {lens} for this input, filter and convolution")
         if pads is not None and tuple(pads) != resolved:
             raise bad("pads", pads, f"expected {resolved}")
         if not (x.dtype == w.dtype == y.dtype):
-            raise bad("dtype", (x.dtype.value, w.dtype.value, y.dtype.value),
-                      "x, w and y must share one data type")
-        for name, value in (("x", x), ("w", w), ("y", y), ("conv", conv),
-                            ("direction", Direction.parse(direction)), ("pads", resolved)):
+            raise bad(
+                "dtype", (x.dtype.value, w.dtype.value, y.dtype.value), "x, w and y must share one data type"
+            )
+        for name, value in (
+            ("x", x),
+            ("w", w),
+            ("y", y),
+            ("conv", conv),
+            ("direction", Direction.parse(direction)),
+            ("pads", resolved),
+        ):
             object.__setattr__(self, name, value)
 
     @staticmethod
@@ -187,12 +233,23 @@ class ConvProblem:
         out, pads = [], []
         for i, axis in enumerate(_AXES[dims]):
             size, fil = x.lens[2 + i], w.lens[2 + i]
-            o, p = _out_len(size, fil, conv.pads[i], conv.strides[i], conv.dilations[i], conv.mode,
-                            conv.pad_mode, conv.trans_output_pads[i])
+            o, p = _out_len(
+                size,
+                fil,
+                conv.pads[i],
+                conv.strides[i],
+                conv.dilations[i],
+                conv.mode,
+                conv.pad_mode,
+                conv.trans_output_pads[i],
+            )
             if o <= 0:
-                raise bad(f"fil_{axis.lower()}", fil,
-                          f"filter (dilation {conv.dilations[i]}) is larger than the padded input "
-                          f"({size} + 2*{conv.pads[i]})")
+                raise bad(
+                    f"fil_{axis.lower()}",
+                    fil,
+                    f"filter (dilation {conv.dilations[i]}) is larger than the padded input "
+                    f"({size} + 2*{conv.pads[i]})",
+                )
             out.append(o)
             pads.append(p)
         return (n, k, *out), tuple(pads)
@@ -219,10 +276,12 @@ class ConvProblem:
         if not self.is_transposed:
             if self.conv.pad_mode == "default":
                 return self
-            return _raw(self.x, self.w, self.y, replace_pads(self.conv, self.pads), self.direction,
-                        self.pads)
-        swap = {Direction.FORWARD: Direction.BACKWARD_DATA, Direction.BACKWARD_DATA: Direction.FORWARD,
-                Direction.BACKWARD_WEIGHTS: Direction.BACKWARD_WEIGHTS}[self.direction]
+            return _raw(self.x, self.w, self.y, replace_pads(self.conv, self.pads), self.direction, self.pads)
+        swap = {
+            Direction.FORWARD: Direction.BACKWARD_DATA,
+            Direction.BACKWARD_DATA: Direction.FORWARD,
+            Direction.BACKWARD_WEIGHTS: Direction.BACKWARD_WEIGHTS,
+        }[self.direction]
         conv = ConvDesc(self.pads, self.conv.strides, self.conv.dilations, self.conv.groups)
         return _raw(self.y, self.w, self.x, conv, swap, self.pads)
 
@@ -240,11 +299,21 @@ class ConvProblem:
         """Canonical key (MIOpen's find-db style, extended): ``parse(key).key() == key``."""
         c = self.conv
         sp = slice(2, None)
-        fields = [str(self.x.lens[1]), *map(str, self.x.lens[sp]), "x".join(map(str, self.w.lens[sp])),
-                  str(self.y.lens[1]), *map(str, self.y.lens[sp]), str(self.x.lens[0]),
-                  "x".join(map(str, self.pads)), "x".join(map(str, c.strides)),
-                  "x".join(map(str, c.dilations)), "0", self._layouts(), self.dtype.value,
-                  self.direction.value]
+        fields = [
+            str(self.x.lens[1]),
+            *map(str, self.x.lens[sp]),
+            "x".join(map(str, self.w.lens[sp])),
+            str(self.y.lens[1]),
+            *map(str, self.y.lens[sp]),
+            str(self.x.lens[0]),
+            "x".join(map(str, self.pads)),
+            "x".join(map(str, c.strides)),
+            "x".join(map(str, c.dilations)),
+            "0",
+            self._layouts(),
+            self.dtype.value,
+            self.direction.value,
+        ]
         key = "-".join(fields)
         if c.groups != 1:
             key += f"_g{c.groups}"
@@ -308,9 +377,21 @@ class ConvProblem:
         """MIOpen-style network config: what an invoker depends on."""
         c = self.conv
         sp = slice(2, None)
-        fields = [self.x.lens[1], *self.x.lens[sp], *self.w.lens[sp], self.y.lens[1], *self.y.lens[sp],
-                  self.x.lens[0], self._layouts(), self.dtype.value, *self.pads, *c.strides,
-                  *c.dilations, c.groups, self.direction.value]
+        fields = [
+            self.x.lens[1],
+            *self.x.lens[sp],
+            *self.w.lens[sp],
+            self.y.lens[1],
+            *self.y.lens[sp],
+            self.x.lens[0],
+            self._layouts(),
+            self.dtype.value,
+            *self.pads,
+            *c.strides,
+            *c.dilations,
+            c.groups,
+            self.direction.value,
+        ]
         cfg = "x".join(map(str, fields))
         if c.mode == "trans":
             cfg += "xT" + "x".join(map(str, c.trans_output_pads))
@@ -323,8 +404,11 @@ class ConvProblem:
 
     def bytes_read(self) -> int:
         size = {"x": self.x.nbytes, "w": self.w.nbytes, "y": self.y.nbytes}
-        reads = {Direction.FORWARD: ("x", "w"), Direction.BACKWARD_DATA: ("y", "w"),
-                 Direction.BACKWARD_WEIGHTS: ("x", "y")}[self.direction]
+        reads = {
+            Direction.FORWARD: ("x", "w"),
+            Direction.BACKWARD_DATA: ("y", "w"),
+            Direction.BACKWARD_WEIGHTS: ("x", "y"),
+        }[self.direction]
         return sum(size[r] for r in reads)
 
     def bytes_written(self) -> int:
@@ -332,8 +416,9 @@ class ConvProblem:
 
     @property
     def output_role(self) -> str:
-        return {Direction.FORWARD: "y", Direction.BACKWARD_DATA: "x",
-                Direction.BACKWARD_WEIGHTS: "w"}[self.direction]
+        return {Direction.FORWARD: "y", Direction.BACKWARD_DATA: "x", Direction.BACKWARD_WEIGHTS: "w"}[
+            self.direction
+        ]
 
     @property
     def input_roles(self) -> tuple[str, str]:
@@ -356,8 +441,14 @@ def replace_pads(conv: ConvDesc, pads) -> ConvDesc:
 def _raw(x, w, y, conv, direction, pads) -> ConvProblem:
     """A problem whose shapes are taken as given (the pads are already resolved)."""
     problem = object.__new__(ConvProblem)
-    for name, value in (("x", x), ("w", w), ("y", y), ("conv", conv), ("direction", direction),
-                        ("pads", tuple(pads))):
+    for name, value in (
+        ("x", x),
+        ("w", w),
+        ("y", y),
+        ("conv", conv),
+        ("direction", direction),
+        ("pads", tuple(pads)),
+    ):
         object.__setattr__(problem, name, value)
     return problem
 

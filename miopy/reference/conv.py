@@ -32,8 +32,9 @@ def _taps(p: ConvProblem):
     strides = (1, *p.conv.strides) if p.spatial_dims == 2 else p.conv.strides
     dils = (1, *p.conv.dilations) if p.spatial_dims == 2 else p.conv.dilations
     for tap in itertools.product(range(z), range(y), range(x)):
-        slices = tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
-                       for t, d, o, s in zip(tap, dils, (do, ho, wo), strides))
+        slices = tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(tap, dils, (do, ho, wo), strides)
+        )
         yield tap, slices, pads
 
 
@@ -44,8 +45,10 @@ def _padded_shape(p: ConvProblem) -> tuple[int, int, int]:
     pads = (0, *p.pads) if p.spatial_dims == 2 else p.pads
     strides = (1, *p.conv.strides) if p.spatial_dims == 2 else p.conv.strides
     dils = (1, *p.conv.dilations) if p.spatial_dims == 2 else p.conv.dilations
-    return tuple(max(i + pd, (o - 1) * s + (f - 1) * d + 1)  # type: ignore[return-value]
-                 for i, pd, o, s, f, d in zip((di, hi, wi), pads, (do, ho, wo), strides, (z, y, x), dils))
+    return tuple(
+        max(i + pd, (o - 1) * s + (f - 1) * d + 1)  # type: ignore[return-value]
+        for i, pd, o, s, f, d in zip((di, hi, wi), pads, (do, ho, wo), strides, (z, y, x), dils)
+    )
 
 
 def conv_reference(problem: ConvProblem, tensors: dict[str, np.ndarray]) -> np.ndarray:
@@ -55,8 +58,11 @@ def conv_reference(problem: ConvProblem, tensors: dict[str, np.ndarray]) -> np.n
     output in float64, logical shape."""
     p = problem.conv_view()
     roles = problem.roles
-    t = {view_role: np.asarray(tensors[user_role], dtype=np.float64) for view_role, user_role in roles.items()
-         if user_role in tensors and user_role != problem.output_role}
+    t = {
+        view_role: np.asarray(tensors[user_role], dtype=np.float64)
+        for view_role, user_role in roles.items()
+        if user_role in tensors and user_role != problem.output_role
+    }
     g = p.conv.groups
     n, c, di, hi, wi = p.x.lens5()
     k = p.w.lens[0]
@@ -67,7 +73,7 @@ def conv_reference(problem: ConvProblem, tensors: dict[str, np.ndarray]) -> np.n
     w = _as5(t["w"]).reshape(g, kg, cg, *p.w.lens5()[2:]) if "w" in t else None
     if p.direction is Direction.FORWARD:
         xp = np.zeros((n, g, cg, pd_, ph_, pw_))
-        xp[:, :, :, zl:zl + di, yl:yl + hi, xl:xl + wi] = _as5(t["x"]).reshape(n, g, cg, di, hi, wi)
+        xp[:, :, :, zl : zl + di, yl : yl + hi, xl : xl + wi] = _as5(t["x"]).reshape(n, g, cg, di, hi, wi)
         out = np.zeros((n, g, kg, do, ho, wo))
         for tap, sl, _ in _taps(p):
             out += np.einsum("ngcdhw,gkc->ngkdhw", xp[(...,) + sl], w[(...,) + tap], optimize=True)
@@ -77,9 +83,9 @@ def conv_reference(problem: ConvProblem, tensors: dict[str, np.ndarray]) -> np.n
         dxp = np.zeros((n, g, cg, pd_, ph_, pw_))
         for tap, sl, _ in _taps(p):
             dxp[(...,) + sl] += np.einsum("ngkdhw,gkc->ngcdhw", dy, w[(...,) + tap], optimize=True)
-        return dxp[:, :, :, zl:zl + di, yl:yl + hi, xl:xl + wi].reshape(p.x.lens)
+        return dxp[:, :, :, zl : zl + di, yl : yl + hi, xl : xl + wi].reshape(p.x.lens)
     xp = np.zeros((n, g, cg, pd_, ph_, pw_))
-    xp[:, :, :, zl:zl + di, yl:yl + hi, xl:xl + wi] = _as5(t["x"]).reshape(n, g, cg, di, hi, wi)
+    xp[:, :, :, zl : zl + di, yl : yl + hi, xl : xl + wi] = _as5(t["x"]).reshape(n, g, cg, di, hi, wi)
     dy = _as5(t["y"]).reshape(n, g, kg, do, ho, wo)
     dw = np.zeros((g, kg, cg, *p.w.lens5()[2:]))
     for tap, sl, _ in _taps(p):
@@ -90,8 +96,11 @@ def conv_reference(problem: ConvProblem, tensors: dict[str, np.ndarray]) -> np.n
 def conv_reference_buffers(problem: ConvProblem, buffers: dict[str, np.ndarray]) -> np.ndarray:
     """Like ``conv_reference`` but from flat stored buffers (the device's bytes)."""
     descs = {"x": problem.x, "w": problem.w, "y": problem.y}
-    logical = {role: from_storage(view(buf, descs[role]), problem.dtype)
-               for role, buf in buffers.items() if role != problem.output_role}
+    logical = {
+        role: from_storage(view(buf, descs[role]), problem.dtype)
+        for role, buf in buffers.items()
+        if role != problem.output_role
+    }
     return conv_reference(problem, logical)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from miopy.handle import Handle
@@ -30,7 +31,9 @@ class Solver:
     def workspace_size(self, ctx: Handle, problem: ConvProblem) -> int:
         return 0
 
-    def get_solution(self, ctx: Handle, problem: ConvProblem, config: dict[str, Any] | None = None) -> Solution:
+    def get_solution(
+        self, ctx: Handle, problem: ConvProblem, config: dict[str, Any] | None = None
+    ) -> Solution:
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ def _naive_for(problem):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("dims", [2, 3])
 def test_naive_random_problems(ocl, dtype, dims):
-    rng = np.random.default_rng(hash((dtype, dims)) % 2 ** 32)
+    rng = np.random.default_rng(hash((dtype, dims)) % 2**32)
     for _ in range(12 if dims == 2 else 6):
         problem = random_problem(rng, dims=dims, dtype=dtype)
         solver = _naive_for(problem)

@@ -33,12 +33,21 @@ def test_eight_processes_find_and_tune_on_one_user_db(isolated):
 
     if backends.unavailable_reason("opencl"):
         pytest.skip("opencl unavailable")
-    env = dict(os.environ, MIOPY_FIND_MODE="NORMAL", PYTHONPATH=str(Path(__file__).parents[2]),
-               POCL_KERNEL_CACHE="0")
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(i)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(8)]
+    env = dict(
+        os.environ, MIOPY_FIND_MODE="NORMAL", PYTHONPATH=str(Path(__file__).parents[2]), POCL_KERNEL_CACHE="0"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
         assert "Traceback" not in err
     db_files = list((isolated / "db").glob("*.udb"))
@@ -56,8 +65,12 @@ def test_eight_processes_find_and_tune_on_one_user_db(isolated):
     find_db, perf_db = FindDb(base, "opencl"), PerfDb(base, "opencl")
     for i in range(8):
         for j in range(2):
-            p = ConvProblem.create(TensorDesc("fp32", (1, 2 + j, 6 + i, 6)), TensorDesc("fp32", (4, 2 + j, 3, 3)),
-                                   ConvDesc((1, 1)), "F")
+            p = ConvProblem.create(
+                TensorDesc("fp32", (1, 2 + j, 6 + i, 6)),
+                TensorDesc("fp32", (4, 2 + j, 3, 3)),
+                ConvDesc((1, 1)),
+                "F",
+            )
             assert find_db.load(p.key()), p.key()
             assert perf_db.load(p.conv_view().key(), "ConvDirectTiledFwd") is not None
     kernel_files = list((isolated / "cache").glob("*.ukdb"))

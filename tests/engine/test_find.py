@@ -53,7 +53,9 @@ def test_find_times_every_candidate_and_ranks_by_time(handle, monkeypatch):
 def test_ranking_follows_measured_time(handle, monkeypatch):
     monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
     fake = {"ConvDirectNaiveFwd": 0.5, TUNABLE: 3.0}
-    monkeypatch.setattr(bench, "median_time", lambda h, s, p, **kw: fake.get(s.solver, 1.0 + len(s.solver) / 100))
+    monkeypatch.setattr(
+        bench, "median_time", lambda h, s, p, **kw: fake.get(s.solver, 1.0 + len(s.solver) / 100)
+    )
     found = find_solutions(handle, small())
     assert found[0].solver == "ConvDirectNaiveFwd" and found[-1].solver == TUNABLE
     by_ws = find_solutions(handle, small(), FindOptions(results_order="workspace"))
@@ -111,7 +113,9 @@ def test_dynamic_hybrid_finds_among_dynamic_solvers_only(handle):
 def test_find_only_solver_restricts_candidates(handle, monkeypatch):
     monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
     monkeypatch.setenv("MIOPY_DEBUG_FIND_ONLY_SOLVER", "ConvDirectNaiveFwd;" + TUNABLE)
-    assert sorted(s.solver for s in find_solutions(handle, small())) == sorted(["ConvDirectNaiveFwd", TUNABLE])
+    assert sorted(s.solver for s in find_solutions(handle, small())) == sorted(
+        ["ConvDirectNaiveFwd", TUNABLE]
+    )
 
 
 def test_find_leaves_caller_tensors_unmodified(handle, monkeypatch):
@@ -232,7 +236,9 @@ def test_run_rejects_bad_tensors(handle):
     with pytest.raises(errors.BadParm, match="tensors: missing w"):
         solution.run(handle, {"x": np.zeros(1000, np.float32), "y": np.zeros(1000, np.float32)})
     with pytest.raises(errors.BadParm, match="x="):
-        solution.run(handle, {"x": np.zeros(3, np.float32), "w": np.zeros(1000, np.float32),
-                              "y": np.zeros(1000, np.float32)})
+        solution.run(
+            handle,
+            {"x": np.zeros(3, np.float32), "w": np.zeros(1000, np.float32), "y": np.zeros(1000, np.float32)},
+        )
     with pytest.raises(errors.BadParm, match="w="):
         solution.run(handle, {"x": np.zeros(1000, np.float32), "w": [1, 2], "y": np.zeros(1000, np.float32)})

@@ -26,14 +26,17 @@ def test_explicit_strides_detect_layout_or_strided():
     assert d.key() == "s100,30,6,1"
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(dtype="fp64", lens=(1, 1, 1, 1)), "dtype"),
-    (dict(dtype="fp32", lens=(1, 1, 1)), "lens"),
-    (dict(dtype="fp32", lens=(1, 0, 1, 1)), "lens[C]"),
-    (dict(dtype="fp32", lens=(1, 2, 3, 4), layout="NCDHW"), "layout"),
-    (dict(dtype="fp32", lens=(1, 2, 3, 4), strides=(1, 2, 3)), "strides"),
-    (dict(dtype="fp32", lens=(1, 2, 3, 4), strides=(1, 0, 3, 4)), "strides"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(dtype="fp64", lens=(1, 1, 1, 1)), "dtype"),
+        (dict(dtype="fp32", lens=(1, 1, 1)), "lens"),
+        (dict(dtype="fp32", lens=(1, 0, 1, 1)), "lens[C]"),
+        (dict(dtype="fp32", lens=(1, 2, 3, 4), layout="NCDHW"), "layout"),
+        (dict(dtype="fp32", lens=(1, 2, 3, 4), strides=(1, 2, 3)), "strides"),
+        (dict(dtype="fp32", lens=(1, 2, 3, 4), strides=(1, 0, 3, 4)), "strides"),
+    ],
+)
 def test_bad_tensor_desc_names_the_field(kwargs, field):
     with pytest.raises(errors.BadParm) as info:
         TensorDesc(**kwargs)
@@ -43,9 +46,9 @@ def test_bad_tensor_desc_names_the_field(kwargs, field):
 def test_bf16_round_trip_rounds_to_nearest_even():
     values = np.array([1.0, -2.5, 3.14159, 1e-3, 65504.0], dtype=np.float32)
     back = from_bf16_bits(to_bf16_bits(values))
-    assert np.all(np.abs(back - values) <= np.abs(values) * 2 ** -8)
+    assert np.all(np.abs(back - values) <= np.abs(values) * 2**-8)
     # 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0)
-    assert from_bf16_bits(to_bf16_bits(np.array([1 + 2 ** -8], np.float32)))[0] == 1.0
+    assert from_bf16_bits(to_bf16_bits(np.array([1 + 2**-8], np.float32)))[0] == 1.0
 
 
 def _problem(c=8, hw=(9, 9), k=4, fil=(3, 3), direction="F", **conv):
@@ -56,16 +59,19 @@ def _problem(c=8, hw=(9, 9), k=4, fil=(3, 3), direction="F", **conv):
     return ConvProblem.create(x, w, ConvDesc(**conv), direction)
 
 
-@pytest.mark.parametrize("conv, out", [
-    (dict(pads=(1, 1)), (9, 9)),
-    (dict(pads=(0, 0)), (7, 7)),
-    (dict(pads=(1, 0), strides=(2, 2)), (5, 4)),
-    (dict(pads=(0, 0), dilations=(2, 2)), (5, 5)),
-    (dict(pads=(0, 0), strides=(2, 2), pad_mode="same"), (5, 5)),
-    (dict(pads=(5, 5), pad_mode="valid"), (7, 7)),
-    (dict(pads=(1, 1), strides=(2, 2), mode="trans"), (17, 17)),
-    (dict(pads=(1, 1), strides=(2, 2), mode="trans", trans_output_pads=(1, 0)), (18, 17)),
-])
+@pytest.mark.parametrize(
+    "conv, out",
+    [
+        (dict(pads=(1, 1)), (9, 9)),
+        (dict(pads=(0, 0)), (7, 7)),
+        (dict(pads=(1, 0), strides=(2, 2)), (5, 4)),
+        (dict(pads=(0, 0), dilations=(2, 2)), (5, 5)),
+        (dict(pads=(0, 0), strides=(2, 2), pad_mode="same"), (5, 5)),
+        (dict(pads=(5, 5), pad_mode="valid"), (7, 7)),
+        (dict(pads=(1, 1), strides=(2, 2), mode="trans"), (17, 17)),
+        (dict(pads=(1, 1), strides=(2, 2), mode="trans", trans_output_pads=(1, 0)), (18, 17)),
+    ],
+)
 def test_output_shape_rule(conv, out):
     assert _problem(**conv).y.lens[2:] == out
 
@@ -88,30 +94,57 @@ def test_transposed_conv_view_swaps_roles_and_direction():
     assert p.flops() == _problem(direction="B", pads=(1, 1), strides=(2, 2), mode="trans").flops()
 
 
-@pytest.mark.parametrize("make, field", [
-    (lambda: _problem(c=6, groups=4), "groups"),
-    (lambda: _problem(c=8, k=6, groups=4), "groups"),
-    (lambda: _problem(hw=(2, 2), fil=(3, 3)), "fil_h"),
-    (lambda: _problem(hw=(9, 2), fil=(1, 5)), "fil_w"),
-    (lambda: _problem(pads=(-1, 0)), "pads"),
-    (lambda: _problem(pads=(0, 0), strides=(0, 1)), "strides"),
-    (lambda: _problem(pads=(0, 0), dilations=(1, 0)), "dilations"),
-    (lambda: _problem(pads=(0, 0), mode="deconv"), "mode"),
-    (lambda: _problem(pads=(0, 0), pad_mode="full"), "pad_mode"),
-    (lambda: _problem(pads=(0, 0), trans_output_pads=(1, 0)), "trans_output_pads"),
-    (lambda: _problem(pads=(0, 0), mode="trans", trans_output_pads=(1, 0)), "trans_output_pads"),
-    (lambda: _problem(direction="sideways", pads=(0, 0)), "direction"),
-    (lambda: ConvProblem.create(TensorDesc("fp32", (1, 4, 5, 5)), TensorDesc("fp32", (4, 2, 3, 3)),
-                                ConvDesc((0, 0)), "F"), "w.lens"),
-    (lambda: ConvProblem.create(TensorDesc("fp32", (1, 4, 5, 5)), TensorDesc("fp32", (4, 4, 3, 3, 3)),
-                                ConvDesc((0, 0)), "F"), "w.lens"),
-    (lambda: ConvProblem(TensorDesc("fp32", (1, 4, 5, 5)), TensorDesc("fp32", (4, 4, 3, 3)),
-                         TensorDesc("fp32", (1, 4, 5, 5)), ConvDesc((0, 0)), "F"), "y.lens"),
-    (lambda: ConvProblem(TensorDesc("fp32", (1, 4, 5, 5)), TensorDesc("fp16", (4, 4, 3, 3)),
-                         TensorDesc("fp32", (1, 4, 3, 3)), ConvDesc((0, 0)), "F"), "dtype"),
-    (lambda: ConvProblem.parse("not-a-key"), "key"),
-    (lambda: ConvProblem.parse("8-9-9-3x3-4-9-9-2-1x1-1x1-1x1-0-NCHW-FP99-F"), "key"),
-])
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: _problem(c=6, groups=4), "groups"),
+        (lambda: _problem(c=8, k=6, groups=4), "groups"),
+        (lambda: _problem(hw=(2, 2), fil=(3, 3)), "fil_h"),
+        (lambda: _problem(hw=(9, 2), fil=(1, 5)), "fil_w"),
+        (lambda: _problem(pads=(-1, 0)), "pads"),
+        (lambda: _problem(pads=(0, 0), strides=(0, 1)), "strides"),
+        (lambda: _problem(pads=(0, 0), dilations=(1, 0)), "dilations"),
+        (lambda: _problem(pads=(0, 0), mode="deconv"), "mode"),
+        (lambda: _problem(pads=(0, 0), pad_mode="full"), "pad_mode"),
+        (lambda: _problem(pads=(0, 0), trans_output_pads=(1, 0)), "trans_output_pads"),
+        (lambda: _problem(pads=(0, 0), mode="trans", trans_output_pads=(1, 0)), "trans_output_pads"),
+        (lambda: _problem(direction="sideways", pads=(0, 0)), "direction"),
+        (
+            lambda: ConvProblem.create(
+                TensorDesc("fp32", (1, 4, 5, 5)), TensorDesc("fp32", (4, 2, 3, 3)), ConvDesc((0, 0)), "F"
+            ),
+            "w.lens",
+        ),
+        (
+            lambda: ConvProblem.create(
+                TensorDesc("fp32", (1, 4, 5, 5)), TensorDesc("fp32", (4, 4, 3, 3, 3)), ConvDesc((0, 0)), "F"
+            ),
+            "w.lens",
+        ),
+        (
+            lambda: ConvProblem(
+                TensorDesc("fp32", (1, 4, 5, 5)),
+                TensorDesc("fp32", (4, 4, 3, 3)),
+                TensorDesc("fp32", (1, 4, 5, 5)),
+                ConvDesc((0, 0)),
+                "F",
+            ),
+            "y.lens",
+        ),
+        (
+            lambda: ConvProblem(
+                TensorDesc("fp32", (1, 4, 5, 5)),
+                TensorDesc("fp16", (4, 4, 3, 3)),
+                TensorDesc("fp32", (1, 4, 3, 3)),
+                ConvDesc((0, 0)),
+                "F",
+            ),
+            "dtype",
+        ),
+        (lambda: ConvProblem.parse("not-a-key"), "key"),
+        (lambda: ConvProblem.parse("8-9-9-3x3-4-9-9-2-1x1-1x1-1x1-0-NCHW-FP99-F"), "key"),
+    ],
+)
 def test_bad_parameters_raise_badparm_naming_the_field(make, field):
     with pytest.raises(errors.BadParm) as info:
         make()
@@ -135,12 +168,16 @@ def problems(draw):
     layouts = ["NCHW", "NHWC"] if dims == 2 else ["NCDHW", "NDHWC"]
     dtype = draw(st.sampled_from(["fp32", "fp16", "bf16"]))
     x = TensorDesc(dtype, (draw(st.integers(1, 4)), c, *sp), layout=draw(st.sampled_from(layouts)))
-    w = TensorDesc(dtype, (k, c // g, *fil) if mode == "conv" else (c, k // g, *fil),
-                   layout=draw(st.sampled_from(layouts)))
+    w = TensorDesc(
+        dtype,
+        (k, c // g, *fil) if mode == "conv" else (c, k // g, *fil),
+        layout=draw(st.sampled_from(layouts)),
+    )
     conv = ConvDesc(pads, strides, dils, g, mode, opads, pad_mode)
     try:
-        return ConvProblem.create(x, w, conv, draw(st.sampled_from("FBW")),
-                                  y_layout=draw(st.sampled_from(layouts)))
+        return ConvProblem.create(
+            x, w, conv, draw(st.sampled_from("FBW")), y_layout=draw(st.sampled_from(layouts))
+        )
     except errors.BadParm:
         assume(False)
 

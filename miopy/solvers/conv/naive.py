@@ -4,7 +4,7 @@ dilation, 2-D or 3-D, every data type. Always applicable: the last resort."""
 from __future__ import annotations
 
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import Solution, KernelSpec
+from miopy.solution import KernelSpec, Solution
 from miopy.solvers.base import Solver
 from miopy.solvers.conv.common import grid_for, shape_args
 
@@ -25,8 +25,9 @@ class _Naive(Solver):
     def get_solution(self, ctx, problem: ConvProblem, config=None) -> Solution:
         out = {"y": problem.y, "x": problem.x, "w": problem.w}[_OUTPUT_ROLE[self.direction]]
         global_size, local_size = grid_for(out.element_count)
-        spec = KernelSpec("conv_naive", self.kernel, {"MIOPY_DTYPE": problem.dtype.code},
-                          global_size, local_size)
+        spec = KernelSpec(
+            "conv_naive", self.kernel, {"MIOPY_DTYPE": problem.dtype.code}, global_size, local_size
+        )
         args_tail = shape_args(problem)
 
         def factory(backend, kernels):
