@@ -1,0 +1,80 @@
+"""Handle: backend choice, device info, kernel cache use, zero-copy buffers (OpenCL)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import check, output_of, random_buffers
+
+from miopy import backends, errors
+from miopy.engine.find import get_solutions
+from miopy.handle import Handle
+from miopy.problem.conv import ConvDesc, ConvProblem
+from miopy.reference.conv import conv_reference_buffers, rms_range
+from miopy.solution import KernelSpec
+from miopy.tensor import TensorDesc
+
+pytestmark = pytest.mark.skipif(backends.unavailable_reason("opencl") is not None, reason="no OpenCL")
+
+
+def _problem():
+    return ConvProblem.create(
+        TensorDesc("fp32", (1, 3, 7, 7)), TensorDesc("fp32", (2, 3, 3, 3)), ConvDesc((1, 1)), "F"
+    )
+
+
+def test_device_info_and_db_basename(isolated):
+    h = Handle("opencl")
+    assert h.backend_name == "opencl" and h.info.compute_units > 0
+    assert h.db_basename.endswith(f"_{h.info.compute_units}") or h.info.compute_units > 64
+    assert h.info.fingerprint
+
+
+def test_backend_env_and_bad_names(isolated, monkeypatch):
+    monkeypatch.setenv("MIOPY_BACKEND", "opencl")
+    assert Handle().backend_name == "opencl"
+    with pytest.raises(errors.BadParm, match="backend='metal'"):
+        Handle("metal")
+    if backends.unavailable_reason("cuda") is not None:
+        with pytest.raises(errors.BackendUnavailable, match="backend='cuda'"):
+            Handle("cuda")
+
+
+def test_second_process_loads_kernels_from_our_cache(isolated, monkeypatch):
+    spec = KernelSpec("conv_naive", "conv_naive_fwd", {"MIOPY_DTYPE": 0}, (256,), (256,))
+    first = Handle("opencl")
+    first.compile(spec)
+    assert first.kernel_cache.misses >= 1
+    second = Handle("opencl")  # a new handle has an empty in-process program cache
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("compiled again although the kernel cache holds the binary")
+
+    monkeypatch.setattr(second.backend, "build", no_compiler)
+    second.compile(spec)
+    assert second.kernel_cache.hits == 1
+    # a different define is a different cache key: a miss that compiles
+    monkeypatch.undo()
+    third = Handle("opencl")
+    third.compile(KernelSpec("conv_naive", "conv_naive_fwd", {"MIOPY_DTYPE": 1}, (256,), (256,)))
+    assert third.kernel_cache.hits == 0
+
+
+def test_disabled_cache_still_runs(isolated, monkeypatch):
+    monkeypatch.setenv("MIOPY_DISABLE_CACHE", "1")
+    h = Handle("opencl")
+    check(h, get_solutions(h, _problem())[0])
+    assert not list((isolated / "cache").iterdir())
+
+
+def test_zero_copy_device_buffers(isolated):
+    import pyopencl.array as cla
+
+    h = Handle("opencl")
+    problem = _problem()
+    host = random_buffers(problem, np.random.default_rng(0))
+    expected = conv_reference_buffers(problem, host)
+    dev = {role: cla.to_device(h.backend.queue, arr) for role, arr in host.items()}
+    get_solutions(h, problem)[0].run(h, dev)  # pyopencl arrays: used in place
+    host["y"] = dev["y"].get()
+    assert rms_range(output_of(problem, host), expected) < 1.5e-6
