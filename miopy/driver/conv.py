@@ -1,0 +1,490 @@
+"""``conv``, ``convfp16``, ``convbfp16``: MIOpenDriver's convolution driver.
+
+For each direction chosen by ``-F``: pick a solution (Find API, immediate mode or a named solver),
+run it ``-i`` times, print the kernel time and stats (``-t 1``), the wall-clock time (``-w``), and
+verify against the NumPy reference (``-V 1``)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from miopy import log
+from miopy.driver.cli import (
+    EXIT_OK,
+    EXIT_VERIFY_FAILED,
+    Flag,
+    command_line,
+    parse_flags,
+    print_flags,
+    wants_help,
+)
+from miopy.errors import BadParm, NotImplementedStatus
+from miopy.logging_cmd import SUBCOMMAND
+from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.tensor import LAYOUTS_2D, LAYOUTS_3D, DataType, TensorDesc, from_storage, to_storage
+
+_log = log.get("miopy.driver")
+
+FLAGS: list[Flag] = [
+    Flag("n", "batchsize", 100, "mini-batch size"),
+    Flag("c", "in_channels", 3, "input channels"),
+    Flag("H", "in_h", 32, "input height"),
+    Flag("W", "in_w", 32, "input width"),
+    Flag("!", "in_d", 32, "input depth (3-D)"),
+    Flag("k", "out_channels", 32, "output channels"),
+    Flag("y", "fil_h", 3, "filter height"),
+    Flag("x", "fil_w", 3, "filter width"),
+    Flag("@", "fil_d", 3, "filter depth (3-D)"),
+    Flag("p", "pad_h", 0, "zero padding, height"),
+    Flag("q", "pad_w", 0, "zero padding, width"),
+    Flag("$", "pad_d", 0, "zero padding, depth"),
+    Flag("u", "conv_stride_h", 1, "stride, height"),
+    Flag("v", "conv_stride_w", 1, "stride, width"),
+    Flag("#", "conv_stride_d", 1, "stride, depth"),
+    Flag("l", "dilation_h", 1, "dilation, height"),
+    Flag("j", "dilation_w", 1, "dilation, width"),
+    Flag("^", "dilation_d", 1, "dilation, depth"),
+    Flag("g", "group_count", 1, "groups"),
+    Flag("m", "mode", "conv", "conv or trans (transposed convolution)", str),
+    Flag("z", "pad_mode", "default", "default, same or valid", str),
+    Flag("Y", "trans_output_pad_h", 0, "output padding of a transposed conv, height"),
+    Flag("X", "trans_output_pad_w", 0, "output padding of a transposed conv, width"),
+    Flag("%", "trans_output_pad_d", 0, "output padding of a transposed conv, depth"),
+    Flag("_", "spatial_dim", 2, "2 or 3"),
+    Flag("F", "forw", 0, "0 fwd+bwd+wrw, 1 fwd, 2 bwd data, 4 wrw, 3 fwd+bwd, 5 fwd+wrw, 6 bwd+wrw"),
+    Flag("I", "in_layout", "", "input layout: NCHW, NHWC (2-D), NCDHW, NDHWC (3-D)", str),
+    Flag("O", "out_layout", "", "output layout", str),
+    Flag("f", "fil_layout", "", "filter layout", str),
+    Flag("i", "iter", 10, "timed iterations"),
+    Flag("t", "time", 0, "print the kernel time (device events)"),
+    Flag("w", "wall", 0, "1: wall-clock time too; 2: with a warm-up run first"),
+    Flag("V", "verify", 1, "verify each direction against the CPU reference"),
+    Flag("C", "verification_cache", "", "directory caching reference results", str),
+    Flag("s", "search", 0, "1: tune (search the perf-config space)"),
+    Flag("S", "solution", "-1", "<0 Find API; 0 immediate mode, fastest; N or a name: that solver", str),
+    Flag("P", "printconv", 1, "print the convolution dimensions"),
+    Flag("o", "dump_output", 0, "dump output buffers to files"),
+    Flag("d", "in_data", "", "input data file (raw stored dtype, or .npy)", str),
+    Flag("e", "weights", "", "weights file", str),
+    Flag("D", "dout_data", "", "dy data file", str),
+    Flag("b", "bias", 0, "use bias"),
+    Flag("a", "in_bias", "", "bias file", str),
+    Flag("r", "pad_val", 0.0, "padding value", float),
+    Flag("G", "gpualloc", 0, "1: initialise buffers on the device (then -V 1 cannot pass)"),
+    Flag("Z", "tensor_vect", 0, "vectorised tensor type"),
+    Flag("L", "vector_length", 1, "vector length"),
+    Flag("U", "in_cast_type", -1, "input cast type"),
+    Flag("T", "out_cast_type", -1, "output cast type"),
+    Flag("R", "wei_cast_type", -1, "weights cast type"),
+]
+_BY_LONG = {f.long: f for f in FLAGS}
+
+FORW = {0: "FBW", 1: "F", 2: "B", 3: "FB", 4: "W", 5: "FW", 6: "BW"}
+FORW_OF = {Direction.FORWARD: 1, Direction.BACKWARD_DATA: 2, Direction.BACKWARD_WEIGHTS: 4}
+ALGORITHM_IDS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
+# run label, verify label, stats prefix, dump file
+_NAMES = {
+    Direction.FORWARD: ("Forward Conv.", "Forward Convolution", "fwd-conv", "dump_fwd_out_gpu.bin"),
+    Direction.BACKWARD_DATA: ("Backward Data Conv.", "Backward Convolution Data", "bwdd-conv",
+                              "dump_bwd_din_gpu.bin"),
+    Direction.BACKWARD_WEIGHTS: ("Backward Weights Conv.", "Backward Convolution Weights", "bwdw-conv",
+                                 "dump_bwd_dwei_gpu.bin"),
+}
+_SEED = 20240229
+
+
+def _label(long: str) -> str:
+    return _BY_LONG[long].label
+
+
+def _bad(long: str, value: Any, why: str) -> BadParm:
+    return BadParm(f"{_label(long)}={value}: {why}")
+
+
+# ---- problem ------------------------------------------------------------------------------------
+
+def parse(argv: list[str]) -> dict[str, Any]:
+    return parse_flags(argv, FLAGS)
+
+
+def directions(values: dict[str, Any]) -> list[Direction]:
+    forw = values["forw"]
+    if forw not in FORW:
+        raise _bad("forw", forw, "expected 0 (all), 1 (fwd), 2 (bwd data), 4 (wrw), 3, 5 or 6")
+    return [Direction(d) for d in FORW[forw]]
+
+
+def _layout(values: dict[str, Any], long: str, dims: int) -> str:
+    text = str(values[long]).strip().upper()
+    valid = LAYOUTS_3D if dims == 3 else LAYOUTS_2D
+    if not text:
+        return valid[0]
+    if text not in valid:
+        raise _bad(long, values[long], f"unknown layout for a {dims}-d convolution (expected "
+                   f"{' or '.join(valid)})")
+    return text
+
+
+def build_problem(values: dict[str, Any], dtype: DataType | str,
+                  direction: Direction | str = Direction.FORWARD) -> ConvProblem:
+    """The ConvProblem a driver command line describes; bad values raise BadParm naming the flag."""
+    dtype = DataType.parse(dtype)
+    dims = values["spatial_dim"]
+    if dims not in (2, 3):
+        raise _bad("spatial_dim", dims, "expected 2 or 3")
+    axes = "dhw" if dims == 3 else "hw"
+    for long in ("batchsize", "in_channels", "out_channels", "group_count",
+                 *(f"in_{a}" for a in axes), *(f"fil_{a}" for a in axes),
+                 *(f"conv_stride_{a}" for a in axes), *(f"dilation_{a}" for a in axes)):
+        if values[long] < 1:
+            raise _bad(long, values[long], "must be positive")
+    for long in (*(f"pad_{a}" for a in axes), *(f"trans_output_pad_{a}" for a in axes)):
+        if values[long] < 0:
+            raise _bad(long, values[long], "must be >= 0")
+    mode = str(values["mode"]).strip().lower()
+    if mode not in ("conv", "trans"):
+        raise _bad("mode", values["mode"], "expected conv or trans")
+    pad_mode = str(values["pad_mode"]).strip().lower()
+    if pad_mode not in ("default", "same", "valid"):
+        raise _bad("pad_mode", values["pad_mode"], "expected default, same or valid")
+    n, c, k, g = (values[f] for f in ("batchsize", "in_channels", "out_channels", "group_count"))
+    if c % g:
+        raise _bad("group_count", g, f"input channels (-c {c}) are not divisible by the group count")
+    if k % g:
+        raise _bad("group_count", g, f"output channels (-k {k}) are not divisible by the group count")
+    for a in axes:
+        size, fil, pad = values[f"in_{a}"], values[f"fil_{a}"], values[f"pad_{a}"]
+        stride, dil = values[f"conv_stride_{a}"], values[f"dilation_{a}"]
+        opad = values[f"trans_output_pad_{a}"]
+        span = dil * (fil - 1) + 1
+        if mode == "conv":
+            if opad:
+                raise _bad(f"trans_output_pad_{a}", opad, "output padding needs -m trans")
+            padded = size if pad_mode == "valid" else size + 2 * pad
+            if pad_mode != "same" and padded < span:
+                what = f"filter (dilation {dil}: span {span})" if dil > 1 else "filter"
+                raise _bad(f"fil_{a}", fil, f"{what} is larger than the padded input "
+                           f"({size} + 2*{0 if pad_mode == 'valid' else pad})")
+        else:
+            if opad >= max(stride, dil):
+                raise _bad(f"trans_output_pad_{a}", opad, "must be smaller than the stride or the dilation")
+            if pad_mode == "default" and (size - 1) * stride + span - 2 * pad + opad <= 0:
+                raise _bad(f"pad_{a}", pad, "too large: the transposed convolution's output is empty")
+    in_sp = [values[f"in_{a}"] for a in axes]
+    fil = [values[f"fil_{a}"] for a in axes]
+    conv = ConvDesc([values[f"pad_{a}"] for a in axes], [values[f"conv_stride_{a}"] for a in axes],
+                    [values[f"dilation_{a}"] for a in axes], g, mode,
+                    [values[f"trans_output_pad_{a}"] for a in axes] if mode == "trans" else None, pad_mode)
+    wlens = (k, c // g, *fil) if mode == "conv" else (c, k // g, *fil)
+    x = TensorDesc(dtype, (n, c, *in_sp), layout=_layout(values, "in_layout", dims))
+    w = TensorDesc(dtype, wlens, layout=_layout(values, "fil_layout", dims))
+    return ConvProblem.create(x, w, conv, direction, y_layout=_layout(values, "out_layout", dims))
+
+
+def problem_from_args(argv: list[str], dtype: DataType | str | None = None,
+                      direction: Direction | str | None = None) -> ConvProblem:
+    """Parse ``[subcommand] flags...`` into the problem of the single direction ``-F`` selects
+    (or ``direction``); the subcommand, when given first, sets the data type."""
+    argv = list(argv)
+    if argv and argv[0] in _DTYPE_OF:
+        sub_dtype = _DTYPE_OF[argv.pop(0)]
+        dtype = dtype or sub_dtype
+    values = parse(argv)
+    if direction is None:
+        dirs = directions(values)
+        if len(dirs) != 1:
+            raise _bad("forw", values["forw"], "selects more than one direction")
+        direction = dirs[0]
+    return build_problem(values, dtype or DataType.FP32, direction)
+
+
+_DTYPE_OF = {name: dtype for dtype, name in SUBCOMMAND.items()}
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+def _random(desc: TensorDesc, role: str) -> np.ndarray:
+    """Uniform in [-1, 1), seeded per role, stored in the descriptor's layout."""
+    rng = np.random.default_rng([_SEED, "xwy".index(role)])
+    values = rng.random(desc.lens, dtype=np.float32) * 2 - 1
+    return store_logical(values, desc, fill=0.0)
+
+
+def _load(path: str, desc: TensorDesc, long: str) -> np.ndarray:
+    """A stored buffer from a file: .npy (logical shape, or a flat stored buffer) or raw bytes of the
+    stored dtype (element space of the descriptor, i.e. in its layout)."""
+    storage = desc.dtype.storage
+    try:
+        if path.endswith(".npy"):
+            array = np.load(path, allow_pickle=False)
+        else:
+            array = np.fromfile(path, dtype=storage)
+    except (OSError, ValueError) as exc:
+        raise _bad(long, path, f"cannot read ({exc})") from None
+    if array.shape == tuple(desc.lens):
+        values = array if array.dtype == storage else to_storage(array.astype(np.float32), desc.dtype)
+        if values.dtype != storage:
+            values = values.astype(storage)
+        flat = np.zeros(desc.element_space, dtype=storage)
+        view(flat, desc)[...] = values
+        return flat
+    flat = array.reshape(-1)
+    if flat.size != desc.element_space:
+        raise _bad(long, path, f"holds {flat.size} elements of {storage}; the tensor needs "
+                   f"{desc.element_space} ({'x'.join(map(str, desc.lens))} {desc.layout})")
+    if flat.dtype != storage:
+        flat = to_storage(flat.astype(np.float32), desc.dtype)
+    return np.ascontiguousarray(flat, dtype=storage)
+
+
+def _inputs(problem: ConvProblem, values: dict[str, Any]) -> dict[str, np.ndarray]:
+    files = {"x": "in_data", "w": "weights", "y": "dout_data"}
+    descs = {"x": problem.x, "w": problem.w, "y": problem.y}
+    out = {}
+    for role, desc in descs.items():
+        path = values[files[role]]
+        out[role] = _load(path, desc, files[role]) if path else _random(desc, role)
+    return out
+
+
+# ---- verification -------------------------------------------------------------------------------
+
+def tolerance(problem: ConvProblem, solution: Any = None) -> float:
+    """MIOpen's: 1.5e-6 for 4-byte types, 8.2e-3 for 2-byte ones; x8 bf16, x2 backward weights;
+    times a solver's documented factor (``tolerance_factor`` on the solver or the solution)."""
+    tol = 1.5e-6 if problem.dtype.itemsize == 4 else 8.2e-3
+    if problem.dtype is DataType.BF16:
+        tol *= 8
+    if problem.direction is Direction.BACKWARD_WEIGHTS:
+        tol *= 2
+    if solution is not None:
+        from miopy.solvers import by_name
+
+        solver = by_name(solution.solver)
+        factor = solution.extra.get("tolerance_factor", getattr(solver, "tolerance_factor", 1.0))
+        tol *= float(factor)
+    return tol
+
+
+def reference(problem: ConvProblem, buffers: dict[str, np.ndarray], cache_dir: str) -> np.ndarray:
+    """The CPU reference output (float64, logical shape), through the -C cache when given."""
+    path = None
+    if cache_dir:
+        digest = hashlib.sha256(problem.key().encode())
+        for role in problem.input_roles:
+            digest.update(role.encode() + np.ascontiguousarray(buffers[role]).tobytes())
+        path = Path(cache_dir).expanduser() / f"ref-{digest.hexdigest()[:40]}.npy"
+        try:
+            cached = np.load(path, allow_pickle=False)
+            if cached.shape == tuple({"x": problem.x, "w": problem.w, "y": problem.y}
+                                     [problem.output_role].lens):
+                return cached
+        except (OSError, ValueError):
+            pass
+    ref = conv_reference_buffers(problem, {r: buffers[r] for r in problem.input_roles})
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+            np.save(tmp, ref)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warn_once(_log, f"verification cache {cache_dir}: not written ({exc})")
+    return ref
+
+
+# ---- running ------------------------------------------------------------------------------------
+
+def _check_supported(values: dict[str, Any]) -> None:
+    if values["bias"]:
+        raise NotImplementedStatus(f"{_label('bias')}={values['bias']}: bias is not implemented")
+    if values["pad_val"]:
+        raise NotImplementedStatus(f"{_label('pad_val')}={values['pad_val']:g}: only zero padding is "
+                                   "implemented")
+    if values["tensor_vect"]:
+        raise NotImplementedStatus(f"{_label('tensor_vect')}={values['tensor_vect']}: vectorised tensors "
+                                   "are not implemented")
+    if values["vector_length"] != 1:
+        raise NotImplementedStatus(f"{_label('vector_length')}={values['vector_length']}: vectorised "
+                                   "tensors are not implemented")
+    for long in ("in_cast_type", "out_cast_type", "wei_cast_type"):
+        if values[long] != -1:
+            raise NotImplementedStatus(f"{_label(long)}={values[long]}: cast types are not implemented")
+    if values["iter"] < 1:
+        raise _bad("iter", values["iter"], "must be positive")
+    for long, allowed in (("time", (0, 1)), ("wall", (0, 1, 2)), ("verify", (0, 1)), ("search", (0, 1)),
+                          ("printconv", (0, 1)), ("dump_output", (0, 1)), ("gpualloc", (0, 1))):
+        if values[long] not in allowed:
+            raise _bad(long, values[long], f"expected {' or '.join(map(str, allowed))}")
+    if values["gpualloc"] and values["verify"]:
+        raise BadParm(f"{_label('gpualloc')}=1 with {_label('verify')}=1: buffers initialised on the "
+                      "device have no host copy, so verification cannot pass; add -V 0")
+
+
+def _choose(handle, problem: ConvProblem, values: dict[str, Any], host: dict[str, np.ndarray]):
+    from miopy.engine.find import FindOptions, find_solutions, get_solutions, solution_for
+
+    selected = str(values["solution"]).strip()
+    number = int(selected) if selected.lstrip("+-").isdigit() else None
+    tuning = bool(values["search"])
+    if number is not None and number < 0:
+        solutions = find_solutions(handle, problem, FindOptions(tuning=tuning), tensors=host)
+        if not solutions:
+            raise BadParm(f"problem={problem.key()}: find returned no solution")
+        return solutions[0]
+    if tuning:
+        from miopy.engine.tune import tune
+
+        tune(handle, problem)
+    if number == 0:
+        solutions = get_solutions(handle, problem)
+        if not solutions:
+            raise BadParm(f"problem={problem.key()}: no applicable solution")
+        return solutions[0]
+    try:
+        return solution_for(handle, problem, number if number is not None else selected)
+    except BadParm as exc:
+        raise BadParm(f"{_label('solution')}={selected} ({problem.direction.title}): {exc}") from None
+
+
+def _describe(problem: ConvProblem) -> str:
+    c = problem.conv
+
+    def dims(t: tuple[int, ...]) -> str:
+        return "x".join(map(str, t))
+
+    x, w, y = problem.x, problem.w, problem.y
+    text = (f"{SUBCOMMAND[problem.dtype]}: {problem.dtype.value} {c.mode} {problem.spatial_dims}-d, "
+            f"input {x.layout} {dims(x.lens)}, filter {w.layout} {dims(w.lens)}, "
+            f"output {y.layout} {dims(y.lens)}, pads {dims(problem.pads)}, "
+            f"strides {dims(c.strides)}, dilations {dims(c.dilations)}, groups {c.groups}")
+    if c.pad_mode != "default":
+        text += f", pad mode {c.pad_mode}"
+    if c.mode == "trans":
+        text += f", output pads {dims(c.trans_output_pads)}"
+    return text
+
+
+def _stats(problem: ConvProblem, ms: float) -> tuple[str, str]:
+    """MIOpen's two ``stats:`` lines (GFLOPs and GB/s from the average kernel time)."""
+    prefix = _NAMES[problem.direction][2]
+    fil = problem.w.lens[2:]
+    u = problem.conv.strides[-2]
+    name = f"{prefix}{'x'.join(map(str, fil))}u{u}"
+    flops, read, written = problem.flops(), problem.bytes_read(), problem.bytes_written()
+    gflops = flops / ms / 1e6 if ms > 0 else 0.0
+    gbs = (read + written) / ms / 1e6 if ms > 0 else 0.0
+    n, c = problem.x.lens[:2]
+    k = problem.y.lens[1]
+    out_sp = problem.y.lens[2:]
+    if problem.spatial_dims == 3:
+        head = "stats: name, n, c, do, ho, wo, z, x, y, k, "
+        shape = [n, c, *out_sp, fil[0], fil[2], fil[1], k]
+    else:
+        head = "stats: name, n, c, ho, wo, x, y, k, "
+        shape = [n, c, *out_sp, fil[1], fil[0], k]
+    head += "flopCnt, bytesRead, bytesWritten, GFLOPs, GB/s, timeMs"
+    line = (f"stats: {name}, {', '.join(map(str, shape))}, {flops}, {read}, {written}, "
+            f"{gflops:.3f}, {gbs:.3f}, {ms:f}")
+    return head, line
+
+
+def _run_direction(handle, problem: ConvProblem, values: dict[str, Any], inputs: dict[str, np.ndarray],
+                   out: TextIO) -> bool:
+    """Choose, run, time and verify one direction; False when verification failed."""
+    from miopy.engine.find import time_solution
+    from miopy.solvers import by_name
+
+    run_name, verify_name, _, dump_name = _NAMES[problem.direction]
+    role = problem.output_role
+    desc = {"x": problem.x, "w": problem.w, "y": problem.y}[role]
+    host = dict(inputs)
+    host[role] = np.zeros(desc.element_space, dtype=desc.dtype.storage)
+    solution = _choose(handle, problem, values, host)
+    solver = by_name(solution.solver)
+    solver_id = solver.id if solver is not None else -1
+    algo = ALGORITHM_IDS.get(solution.algorithm, -1)
+    print(f"MIOpen {run_name} Algorithm: {algo}, Solution: {solver_id}/{solution.solver}", file=out)
+    out.flush()
+
+    backend = handle.backend
+    device = {r: backend.upload(a) for r, a in host.items()}
+    workspace = backend.alloc(solution.workspace) if solution.workspace else None
+    iters = values["iter"]
+    ran = 0
+    if values["time"]:
+        times = time_solution(handle, solution, device, iters)
+        ran += len(times)
+        kept = times[1:] if len(times) > 1 else times
+        ms = float(sum(kept) / len(kept))
+        print(f"GPU Kernel Time {run_name} Elapsed: {ms:f} ms (average)", file=out)
+        for line in _stats(problem, ms):
+            print(line, file=out)
+    if values["wall"]:
+        if values["wall"] == 2:
+            solution.run(handle, device, workspace)
+        start = time.perf_counter()
+        for _ in range(iters):
+            solution.run(handle, device, workspace)
+        wall_ms = (time.perf_counter() - start) * 1e3 / iters
+        ran += iters
+        print(f"Wall-clock Time {run_name} Elapsed: {wall_ms:f} ms", file=out)
+    left = iters - ran  # -i runs in all; the last one's output is kept
+    if left <= 0 and not values["wall"]:
+        left = 1  # the timed runs wrote to scratch copies
+    for _ in range(left):
+        solution.run(handle, device, workspace)
+    backend.download(device[role], host[role])
+    backend.synchronize()
+
+    if values["dump_output"]:
+        host[role].tofile(dump_name)
+        print(f"Wrote {verify_name} output to {os.path.abspath(dump_name)} ({desc.dtype.value} raw, "
+              f"{desc.layout} {'x'.join(map(str, desc.lens))})", file=out)
+    if not values["verify"]:
+        return True
+    ref = reference(problem, host, values["verification_cache"])
+    got = from_storage(view(host[role], desc), problem.dtype)
+    err = rms_range(got, ref)
+    tol = tolerance(problem, solution)
+    if math.isfinite(err) and err < tol:
+        print(f"{verify_name} Verifies OK on CPU reference ({err:g} < {tol:g})", file=out)
+        return True
+    print(f"{verify_name} FAILED: {err:g} > {tol:g}", file=out)
+    return False
+
+
+def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
+    dtype = DataType.parse(dtype_name)
+    sub = SUBCOMMAND[dtype]
+    if wants_help(argv):
+        print_flags(sub, FLAGS, out)
+        return EXIT_OK
+    print(command_line(sub, argv), file=out)
+    out.flush()
+    values = parse(argv)
+    dirs = directions(values)
+    problems = [build_problem(values, dtype, d) for d in dirs]
+    _check_supported(values)
+    if values["printconv"]:
+        print(_describe(problems[0]), file=out)
+    from miopy.handle import Handle
+
+    handle = Handle()
+    inputs = _inputs(problems[0], values)
+    ok = True
+    for problem in problems:
+        ok = _run_direction(handle, problem, values, inputs, out) and ok
+        out.flush()
+    return EXIT_OK if ok else EXIT_VERIFY_FAILED
+
+
+__all__ = ["FLAGS", "build_problem", "directions", "parse", "problem_from_args", "run", "tolerance"]
