@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[${extras}]"
+.venv/bin/python -m pip install -q -e ".[${extras}]" 2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; }
 if ! .venv/bin/python -c 'import pyopencl as cl, sys; sys.exit(0 if any(p.get_devices() for p in cl.get_platforms()) else 1)' 2>/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "No OpenCL platform visible: installing pocl-opencl-icd (the CPU OpenCL runtime)"
