@@ -119,7 +119,7 @@ class Backend(BackendBase):
 
     # ---- kernels ------------------------------------------------------------------------------
     def build(self, source: str, filename: str, options: list[str]) -> bytes:
-        opts = [*options, "-I", str(self.include_dir())]
+        opts = [*options, f"-I{self.include_dir()}"]  # one option: NVIDIA rejects "-I" "dir"
         try:
             program = cl.Program(self.ctx, source).build(options=opts, cache_dir=False)
         except cl.RuntimeError as exc:
