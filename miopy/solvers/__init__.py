@@ -4,9 +4,25 @@ A new solver is one module, its kernel, and one line here."""
 from __future__ import annotations
 
 from miopy.solvers.base import Solver, TunableSolver
+from miopy.solvers.conv.direct_tiled import ConvDirectTiledFwd
+from miopy.solvers.conv.gemm import (
+    GemmBwd1x1_stride1,
+    GemmBwdRest,
+    GemmFwd1x1_0_1,
+    GemmFwdRest,
+    GemmWrw1x1_stride1,
+    GemmWrwUniversal,
+)
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 
 CONV_SOLVERS: list[Solver] = [
+    GemmFwd1x1_0_1(),
+    GemmFwdRest(),
+    GemmBwd1x1_stride1(),
+    GemmBwdRest(),
+    GemmWrw1x1_stride1(),
+    GemmWrwUniversal(),
+    ConvDirectTiledFwd(),
     ConvDirectNaiveFwd(),
     ConvDirectNaiveBwd(),
     ConvDirectNaiveWrw(),

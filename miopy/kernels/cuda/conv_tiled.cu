@@ -1,0 +1,1 @@
+#include "common/conv_tiled.h"

@@ -1,0 +1,1 @@
+#include "common/im2col.h"

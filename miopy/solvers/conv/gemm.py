@@ -1,0 +1,488 @@
+"""GEMM convolutions, MIOpen's Gemm* solvers: each direction is one or two matrix products per
+group, with im2col / col2im around them where the filter is not 1x1 or the stride not 1.
+
+Every tensor (packed NCHW, NHWC, NCDHW or NDHWC) and the column workspace is a strided matrix,
+so one plan (``GemmPlan``) describes a product whatever the layouts; it runs on the backend's
+vendor GEMM (cuBLAS) where there is one, else on our tiled kernel (kernels/common/gemm.h).
+
+The column matrix of group g is ``col[g][j][n][o]``: j follows the filter's own memory order
+(so w is used in place), o is the output position. With n next to o, an NHWC batch folds into
+one GEMM per group (see ``GemmPlan.merged``).
+
+Precision: im2col is a copy, so the column matrix keeps the data type; each product accumulates
+in fp32 and rounds once when it writes data_t. Backward data keeps its GEMM result in an fp32
+workspace until col2im has summed it (with a vendor GEMM, whose output has the input's type, the
+workspace holds data_t and fp16/bf16 round twice).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from miopy.problem.conv import ConvProblem, Direction
+from miopy.solution import KernelSpec, Solution
+from miopy.solvers.base import Solver
+from miopy.solvers.conv.common import grid_for, shape_args
+from miopy.tensor import DataType
+
+GEMM_THREADS = 256  # the work-group of kernels/common/gemm.h
+GEMM_MAX_GROUPS = 65535  # the GEMM kernel loops grid-stride past this many work-groups
+# Forward and backward data run im2col/col2im over as many images at once as fit in this many
+# workspace bytes (at least one): MIOpen's one-image workspace, but fewer launches.
+CHUNK_BYTES = 64 << 20
+
+
+# ---- GEMM plans ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Operand:
+    """A batch of strided matrices in one buffer: element (b0, b1, row, col) lies at
+    ``offset + b0*s0 + b1*s1 + row*rs + col*cs`` (in elements)."""
+
+    role: str  # "x", "w", "y" or "ws"
+    offset: int
+    rs: int
+    cs: int
+    s0: int = 0
+    s1: int = 0
+    f32: bool = False  # stored as fp32 (a workspace) rather than in the problem's data type
+
+    def t(self) -> Operand:
+        return replace(self, rs=self.cs, cs=self.rs)
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """For each (b0, b1) < (batch0, batch1): C[m, n] = A[m, k] @ B[k, n]."""
+
+    m: int
+    n: int
+    k: int
+    a: Operand
+    b: Operand
+    c: Operand
+    batch0: int = 1
+    batch1: int = 1
+
+    def merged(self) -> GemmPlan:
+        """Fold a batch index into M or N where it continues the rows or columns (an NHWC
+        batch of images is one taller matrix): fewer, larger products."""
+        p = self
+        for level in (1, 0):  # inner first: once folded, the outer one may continue it
+            count = p.batch1 if level else p.batch0
+            sa, sb, sc = (getattr(o, f"s{level}") for o in (p.a, p.b, p.c))
+            if count == 1:
+                folded = {}
+            elif sa == 0 and sb == p.n * p.b.cs and sc == p.n * p.c.cs:
+                folded = {"n": p.n * count}
+            elif sb == 0 and sa == p.m * p.a.rs and sc == p.m * p.c.rs:
+                folded = {"m": p.m * count}
+            else:
+                continue
+            zero = {f"s{level}": 0}
+            p = replace(p, **folded, a=replace(p.a, **zero), b=replace(p.b, **zero),
+                        c=replace(p.c, **zero), **{f"batch{level}": 1})
+        return p
+
+    def transposed(self) -> GemmPlan:
+        """The same product as C^T = B^T A^T."""
+        return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t())
+
+    def tiles(self, tm: int, tn: int) -> int:
+        return self.batch0 * self.batch1 * math.ceil(self.m / tm) * math.ceil(self.n / tn)
+
+
+def _blas_layout(op: Operand, rows: int, cols: int) -> tuple[bool, int] | None:
+    """(transposed, leading dimension) of a row-major BLAS operand, None when neither fits.
+    A dimension of extent 1 has no meaningful stride, so any value is accepted for it."""
+    cs = op.cs if cols > 1 else 1
+    rs = op.rs if rows > 1 else max(cols, 1)
+    if cs == 1 and rs >= cols:
+        return False, rs
+    rs = op.rs if rows > 1 else 1
+    cs = op.cs if cols > 1 else max(rows, 1)
+    if rs == 1 and cs >= rows:
+        return True, cs
+    return None
+
+
+def _blas_plan(plan: GemmPlan) -> GemmPlan | None:
+    """The plan with C row-major, or None when a vendor GEMM cannot express it."""
+    p = plan if plan.c.cs == 1 or plan.n == 1 else plan.transposed()
+    if (p.c.cs != 1 and p.n > 1) or _blas_layout(p.c, p.m, p.n) is None:
+        return None
+    if _blas_layout(p.a, p.m, p.k) is None or _blas_layout(p.b, p.k, p.n) is None:
+        return None
+    return p
+
+
+def run_vendor_gemm(backend, dtype: DataType, plan: GemmPlan, bufs: dict[str, Any]) -> None:
+    """``plan`` on ``backend.gemm``: the larger batch index is the BLAS batch, the other a loop."""
+    p = _blas_plan(plan)
+    assert p is not None, "checked when the solution was made"
+    trans_a, lda = _blas_layout(p.a, p.m, p.k)  # type: ignore[misc]
+    trans_b, ldb = _blas_layout(p.b, p.k, p.n)  # type: ignore[misc]
+    _, ldc = _blas_layout(p.c, p.m, p.n)  # type: ignore[misc]
+    inner, outer = (1, 0) if p.batch1 >= p.batch0 else (0, 1)
+    count = getattr(p, f"batch{inner}")
+    for i in range(getattr(p, f"batch{outer}")):
+        off = [o.offset + i * getattr(o, f"s{outer}") for o in (p.a, p.b, p.c)]
+        sa, sb, sc = (getattr(o, f"s{inner}") if count > 1 else 0 for o in (p.a, p.b, p.c))
+        backend.gemm(dtype, trans_a, trans_b, p.m, p.n, p.k, bufs[p.a.role], off[0], lda,
+                     bufs[p.b.role], off[1], ldb, bufs[p.c.role], off[2], ldc, batch=count,
+                     stride_a=sa, stride_b=sb, stride_c=sc)
+
+
+def _tile(extent: int) -> int:
+    # a 64-wide tile on a 1..16-wide matrix (depthwise, few channels) would idle 3/4 of the
+    # threads; two sizes keep the number of binaries to build and cache small
+    return 16 if extent <= 16 else 64
+
+
+def gemm_spec(dtype: DataType, plans: list[GemmPlan]) -> KernelSpec:
+    """Our GEMM kernel for ``plans`` (they share operand types)."""
+    first = plans[0]
+    return KernelSpec("gemm", "gemm_strided", {
+        "MIOPY_DTYPE": dtype.code,
+        "GEMM_TM": _tile(max(p.m for p in plans)),
+        "GEMM_TN": _tile(max(p.n for p in plans)),
+        "GEMM_A_F32": int(first.a.f32), "GEMM_B_F32": int(first.b.f32), "GEMM_C_F32": int(first.c.f32),
+    }, (GEMM_THREADS,), (GEMM_THREADS,))
+
+
+def gemm_args(plan: GemmPlan, bufs: dict[str, Any]) -> list[Any]:
+    args: list[Any] = []
+    for o in (plan.a, plan.b, plan.c):
+        args += [bufs[o.role], *(np.int64(v) for v in (o.offset, o.rs, o.cs, o.s0, o.s1))]
+    return args + [np.int32(v) for v in (plan.m, plan.n, plan.k, plan.batch0, plan.batch1)]
+
+
+# ---- the steps of a solution -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a data-movement kernel; string arguments name buffers by role."""
+
+    spec: KernelSpec
+    args: tuple[Any, ...]
+    work_items: int
+
+
+@dataclass
+class Work:
+    """Everything a GEMM solution does, computed once for workspace_size and get_solution."""
+
+    workspace: int
+    steps: list[Launch | GemmPlan] = field(default_factory=list)
+    vendor: bool = False
+
+
+def _vendor_gemm(ctx) -> bool:
+    return bool(getattr(getattr(ctx, "backend", None), "has_vendor_gemm", False))
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes and element strides of a conv-view problem. ``*o`` is the stride of the linear
+    output/input position, which packed layouts keep row-major (so D, H, W fold into one index)."""
+
+    n: int
+    c: int
+    k: int
+    g: int
+    cg: int
+    kg: int
+    r: int  # filter taps
+    j: int  # reduction length of one group: cg * r
+    p: int  # output positions of one image
+    xn: int
+    xc: int
+    xo: int
+    wk: int
+    wc: int
+    yn: int
+    yk: int
+    yo: int
+
+    @classmethod
+    def of(cls, p: ConvProblem) -> Dims:
+        n, c = p.x.lens[:2]
+        k = p.w.lens[0]
+        g = p.conv.groups
+        r = math.prod(p.w.lens[2:])
+        xs, ws, ys = p.x.strides5(), p.w.strides5(), p.y.strides5()
+        return cls(n, c, k, g, c // g, k // g, r, (c // g) * r, math.prod(p.y.lens[2:]),
+                   xs[0], xs[1], xs[4], ws[0], ws[1], ys[0], ys[1], ys[4])
+
+
+def _is_1x1_0_1(p: ConvProblem) -> bool:
+    return (all(v == 1 for v in p.w.lens[2:]) and all(v == 1 for v in p.conv.strides)
+            and not any(p.pads))
+
+
+def _col_strides(d: Dims, nb: int) -> tuple[int, int, int, int]:
+    """(cs_g, cs_n, cs_j, cs_o) of col[g][j][n][o] holding ``nb`` images."""
+    return d.j * nb * d.p, d.p, nb * d.p, 1
+
+
+def _chunk(d: Dims, itemsize: int) -> int:
+    per_image = d.c * d.r * d.p * itemsize
+    return max(1, min(d.n, CHUNK_BYTES // max(per_image, 1)))
+
+
+class _GemmSolver(Solver):
+    algorithm = "gemm"
+    direction: Direction
+
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        if problem.direction is not self.direction:
+            return f"direction is {problem.direction.name}"
+        for role in ("x", "w", "y"):
+            desc = getattr(problem, role)
+            if not desc.packed:
+                return f"{role} is not packed (NCHW, NHWC, NCDHW or NDHWC)"
+        info = getattr(ctx, "info", None)
+        if info is not None and not _vendor_gemm(ctx) and info.max_work_group_size < GEMM_THREADS:
+            return f"max work-group size {info.max_work_group_size} < {GEMM_THREADS}"
+        return self._applicable(ctx, problem)
+
+    def _applicable(self, ctx, problem: ConvProblem) -> str | None:
+        return None
+
+    def _steps(self, problem: ConvProblem, d: Dims, own: bool) -> Work:
+        raise NotImplementedError
+
+    def work(self, ctx, problem: ConvProblem) -> Work:
+        if _vendor_gemm(ctx):
+            work = self._steps(problem, Dims.of(problem), own=False)
+            plans = [s for s in work.steps if isinstance(s, GemmPlan)]
+            if all(_blas_plan(p) is not None and not (p.a.f32 or p.b.f32 or p.c.f32) for p in plans):
+                work.vendor = True
+                return work
+        return self._steps(problem, Dims.of(problem), own=True)
+
+    def workspace_size(self, ctx, problem: ConvProblem) -> int:
+        return self.work(ctx, problem).workspace
+
+    def get_solution(self, ctx, problem: ConvProblem, config=None) -> Solution:
+        work = self.work(ctx, problem)
+        plans = [s for s in work.steps if isinstance(s, GemmPlan)]
+        specs: list[KernelSpec] = []
+        for step in work.steps:
+            if isinstance(step, Launch) and step.spec not in specs:
+                specs.append(step.spec)
+        gemm = None if work.vendor else gemm_spec(problem.dtype, plans)
+        if gemm is not None:
+            specs.append(gemm)
+        steps, dtype, vendor = list(work.steps), problem.dtype, work.vendor
+
+        def factory(backend, kernels):
+            by_spec = {k.spec: k for k in kernels}
+            launches = []  # (kernel, args, global size) resolved once; buffers come per call
+            for step in steps:
+                if isinstance(step, Launch):
+                    global_size, local_size = grid_for(step.work_items)
+                    launches.append((by_spec[step.spec], step.args, global_size, local_size))
+                elif vendor:
+                    launches.append((None, step, None, None))
+                else:
+                    defines = dict(gemm.defines)
+                    tiles = step.tiles(defines["GEMM_TM"], defines["GEMM_TN"])
+                    groups = min(max(tiles, 1), GEMM_MAX_GROUPS)
+                    launches.append((by_spec[gemm], step, (groups * GEMM_THREADS,), (GEMM_THREADS,)))
+
+            def invoke(t, workspace):
+                bufs = {**t, "ws": workspace}
+                for kernel, what, global_size, local_size in launches:
+                    if isinstance(what, GemmPlan):
+                        if kernel is None:
+                            run_vendor_gemm(backend, dtype, what, bufs)
+                        else:
+                            kernel.launch(backend, gemm_args(what, bufs), global_size, local_size)
+                    else:
+                        args = [bufs[a] if isinstance(a, str) else a for a in what]
+                        kernel.launch(backend, args, global_size, local_size)
+
+            return invoke
+
+        return Solution(self.name, self.algorithm, problem, specs, work.workspace, factory,
+                        extra={"vendor_gemm": vendor})
+
+
+def _plan(m: int, n: int, k: int, a: Operand, b: Operand, c: Operand, batch0: int = 1,
+          batch1: int = 1) -> GemmPlan:
+    return GemmPlan(m, n, k, a, b, c, batch0, batch1).merged()
+
+
+def _im2col(problem: ConvProblem, d: Dims, n0: int, count: int, nb: int) -> Launch:
+    """im2col of images n0 .. n0+count-1 into a column workspace sized for ``nb`` images."""
+    spec = KernelSpec("im2col", "im2col", {"MIOPY_DTYPE": problem.dtype.code})
+    col = [np.int64(v) for v in (0, *_col_strides(d, nb))]
+    return Launch(spec, ("x", "ws", *col, np.int32(n0), np.int32(count), *shape_args(problem)),
+                  count * d.c * d.r * d.p)
+
+
+# ---- forward -------------------------------------------------------------------------------------
+class GemmFwd1x1_0_1(_GemmSolver):
+    """1x1 filter, stride 1, no padding: y = W @ x per image and group, no workspace."""
+
+    name = "GemmFwd1x1_0_1"
+    id = 88
+    direction = Direction.FORWARD
+
+    def _applicable(self, ctx, problem):
+        return None if _is_1x1_0_1(problem) else "not a 1x1 filter with stride 1 and no padding"
+
+    def _steps(self, problem, d, own):
+        plan = _plan(d.kg, d.p, d.cg,
+                     Operand("w", 0, d.wk, d.wc, 0, d.kg * d.wk),
+                     Operand("x", 0, d.xc, d.xo, d.xn, d.cg * d.xc),
+                     Operand("y", 0, d.yk, d.yo, d.yn, d.kg * d.yk), d.n, d.g)
+        return Work(0, [plan])
+
+
+class GemmFwdRest(_GemmSolver):
+    """im2col, then y = W @ col per group; any filter, stride, padding and dilation."""
+
+    name = "GemmFwdRest"
+    id = 91
+    direction = Direction.FORWARD
+
+    def _applicable(self, ctx, problem):
+        return "GemmFwd1x1_0_1 handles 1x1 with stride 1 and no padding" if _is_1x1_0_1(problem) else None
+
+    def _steps(self, problem, d, own):
+        itemsize = problem.dtype.itemsize
+        nb = _chunk(d, itemsize)
+        cs_g, cs_n, cs_j, _ = _col_strides(d, nb)
+        work = Work(d.c * d.r * d.p * nb * itemsize)
+        for n0 in range(0, d.n, nb):
+            count = min(nb, d.n - n0)
+            work.steps.append(_im2col(problem, d, n0, count, nb))
+            work.steps.append(_plan(d.kg, d.p, d.j,
+                                    Operand("w", 0, d.wk, 1, 0, d.kg * d.wk),
+                                    Operand("ws", 0, cs_j, 1, cs_n, cs_g),
+                                    Operand("y", n0 * d.yn, d.yk, d.yo, d.yn, d.kg * d.yk), count, d.g))
+        return work
+
+
+# ---- backward data -------------------------------------------------------------------------------
+class GemmBwd1x1_stride1(_GemmSolver):
+    """1x1 filter, stride 1, no padding: dx = W^T @ dy per image and group, no workspace."""
+
+    name = "GemmBwd1x1_stride1"
+    id = 96
+    direction = Direction.BACKWARD_DATA
+
+    def _applicable(self, ctx, problem):
+        return None if _is_1x1_0_1(problem) else "not a 1x1 filter with stride 1 and no padding"
+
+    def _steps(self, problem, d, own):
+        plan = _plan(d.cg, d.p, d.kg,
+                     Operand("w", 0, d.wc, d.wk, 0, d.kg * d.wk),
+                     Operand("y", 0, d.yk, d.yo, d.yn, d.kg * d.yk),
+                     Operand("x", 0, d.xc, d.xo, d.xn, d.cg * d.xc), d.n, d.g)
+        return Work(0, [plan])
+
+
+class GemmBwdRest(_GemmSolver):
+    """col = W^T @ dy per group, then col2im sums each input's contributions."""
+
+    name = "GemmBwdRest"
+    id = 97
+    direction = Direction.BACKWARD_DATA
+
+    def _applicable(self, ctx, problem):
+        if _is_1x1_0_1(problem):
+            return "GemmBwd1x1_stride1 handles 1x1 with stride 1 and no padding"
+        return None
+
+    def _steps(self, problem, d, own):
+        f32 = own and problem.dtype is not DataType.FP32
+        itemsize = 4 if own else problem.dtype.itemsize
+        nb = _chunk(d, itemsize)
+        strides = _col_strides(d, nb)
+        cs_g, cs_n, cs_j, _ = strides
+        col2im = KernelSpec("im2col", "col2im",
+                            {"MIOPY_DTYPE": problem.dtype.code, "IM2COL_COL_F32": int(f32)})
+        work = Work(d.c * d.r * d.p * nb * itemsize)
+        for n0 in range(0, d.n, nb):
+            count = min(nb, d.n - n0)
+            work.steps.append(_plan(d.j, d.p, d.kg,
+                                    Operand("w", 0, 1, d.wk, 0, d.kg * d.wk),
+                                    Operand("y", n0 * d.yn, d.yk, d.yo, d.yn, d.kg * d.yk),
+                                    Operand("ws", 0, cs_j, 1, cs_n, cs_g, f32=f32), count, d.g))
+            args = ("ws", "x", *(np.int64(v) for v in (0, *strides)), np.int32(n0), np.int32(count),
+                    *shape_args(problem))
+            work.steps.append(Launch(col2im, args, count * d.c * math.prod(problem.x.lens[2:])))
+        return work
+
+
+# ---- backward weights ----------------------------------------------------------------------------
+def _uniform_batch(stride_n: int, stride_o: int, d: Dims) -> bool:
+    """Whether (n, o) is one index of stride ``stride_o`` (NHWC), so a sum over images is a GEMM."""
+    return d.n == 1 or stride_n == d.p * stride_o
+
+
+class GemmWrw1x1_stride1(_GemmSolver):
+    """1x1 filter, stride 1, no padding: dW = dy @ x^T per group, summing over images and positions
+    in one product; needs (n, o) to be one index in both x and dy (NHWC, or a single image)."""
+
+    name = "GemmWrw1x1_stride1"
+    id = 101
+    direction = Direction.BACKWARD_WEIGHTS
+
+    def _applicable(self, ctx, problem):
+        if not _is_1x1_0_1(problem):
+            return "not a 1x1 filter with stride 1 and no padding"
+        d = Dims.of(problem)
+        if not (_uniform_batch(d.xn, d.xo, d) and _uniform_batch(d.yn, d.yo, d)):
+            return "N > 1 with channels outside the spatial dims (NCHW): GemmWrwUniversal sums the images"
+        return None
+
+    def _steps(self, problem, d, own):
+        plan = _plan(d.kg, d.cg, d.n * d.p,
+                     Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk),
+                     Operand("x", 0, d.xo, d.xc, 0, d.cg * d.xc),
+                     Operand("w", 0, d.wk, d.wc, 0, d.kg * d.wk), 1, d.g)
+        return Work(0, [plan])
+
+
+class GemmWrwUniversal(_GemmSolver):
+    """im2col of every image, then dW = dy @ col^T per group, the sum over images and positions
+    being the GEMM's reduction. An NCHW dy is first copied to [K][N][positions]."""
+
+    name = "GemmWrwUniversal"
+    id = 102
+    direction = Direction.BACKWARD_WEIGHTS
+
+    def _applicable(self, ctx, problem):
+        if _is_1x1_0_1(problem) and GemmWrw1x1_stride1()._applicable(ctx, problem) is None:
+            return "GemmWrw1x1_stride1 handles it"
+        return None
+
+    def _steps(self, problem, d, own):
+        itemsize = problem.dtype.itemsize
+        cs_g, cs_n, cs_j, _ = _col_strides(d, d.n)
+        col_elems = d.c * d.r * d.p * d.n
+        pack = not _uniform_batch(d.yn, d.yo, d)
+        work = Work((col_elems + (d.k * d.n * d.p if pack else 0)) * itemsize)
+        work.steps.append(_im2col(problem, d, 0, d.n, d.n))
+        if pack:
+            spec = KernelSpec("im2col", "copy3d", {"MIOPY_DTYPE": problem.dtype.code})
+            args = ("y", "ws", np.int64(col_elems), *(np.int32(v) for v in (d.n, d.k, d.p)),
+                    *(np.int64(v) for v in (d.yn, d.yk, d.yo, d.p, d.n * d.p, 1)))
+            work.steps.append(Launch(spec, args, d.n * d.k * d.p))
+            dy = Operand("ws", col_elems, d.n * d.p, 1, 0, d.kg * d.n * d.p)
+        else:
+            dy = Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk)
+        work.steps.append(_plan(d.kg, d.j, d.n * d.p, dy,
+                                Operand("ws", 0, 1, cs_j, 0, cs_g),
+                                Operand("w", 0, d.wk, 1, 0, d.kg * d.wk), 1, d.g))
+        return work
+
+
+GEMM_SOLVERS = [GemmFwd1x1_0_1(), GemmFwdRest(), GemmBwd1x1_stride1(), GemmBwdRest(),
+                GemmWrw1x1_stride1(), GemmWrwUniversal()]
