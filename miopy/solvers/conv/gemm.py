@@ -234,6 +234,7 @@ def _chunk(d: Dims, itemsize: int) -> int:
 
 class _GemmSolver(Solver):
     algorithm = "gemm"
+    dynamic = True  # shapes and strides are kernel arguments: one build serves every problem
     direction: Direction
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
