@@ -15,7 +15,6 @@ for name, sub in (
 ):
     os.environ[name] = os.path.join(_root, sub)
     os.makedirs(os.environ[name], exist_ok=True)
-os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 
 
 @pytest.fixture(scope="session")
