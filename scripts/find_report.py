@@ -10,6 +10,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+try:  # torch first: imported after CuPy / cuda-bindings, torch 2.11 fails to register its own ops
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
 import miopy  # noqa: E402
 from miopy.engine.find import FindOptions, find_solutions  # noqa: E402
 

@@ -29,7 +29,7 @@ unset MIOPY_BACKEND
 state="$(mktemp -d)"
 export MIOPY_CUSTOM_CACHE_DIR="$state/cache" MIOPY_USER_DB_PATH="$state/db"
 
-budget="${GPU_CHECK_BUDGET:-420}"
+budget="${GPU_CHECK_BUDGET:-540}"
 names=()
 results=()
 
@@ -81,7 +81,10 @@ if backends.unavailable_reason("cuda") is None:
 EOF'
 
 step "pytest -m gpu tests" 240 python3 -m pytest -q -m gpu --durations=8 tests
-step "pytest tests/backend (not gpu)" 150 python3 -m pytest -q -m "not gpu" tests/backend
+# NVIDIA's OpenCL compiler fails once NVRTC is loaded in the same process: the OpenCL tests run
+# in a pytest process of their own, without the CUDA test modules.
+step "pytest tests/backend on NVIDIA OpenCL" 150 python3 -m pytest -q -m "not gpu" tests/backend \
+    --ignore=tests/backend/test_cuda_compile.py --ignore=tests/backend/test_cuda_runtime.py
 
 drv() {  # drv ARGS...: one miopy-driver line on the CUDA backend
     step "driver $*" 90 env MIOPY_BACKEND=cuda python3 -m miopy.driver "$@"
@@ -93,6 +96,18 @@ drv convbfp16 -n 8 -c 32 -H 14 -W 14 -k 64 -y 1 -x 1 -t 1 -i 3 -I NHWC -O NHWC -
 drv conv -n 4 -c 32 -H 28 -W 28 -k 32 -y 3 -x 3 -p 1 -q 1 -g 32 -t 1 -i 3
 drv conv --spatial_dim 3 -n 2 -c 16 --in_d 8 -H 16 -W 16 -k 16 --fil_d 3 -y 3 -x 3 --pad_d 1 -p 1 -q 1 -t 1 -i 3
 drv conv -m trans -n 4 -c 32 -H 14 -W 14 -k 16 -y 4 -x 4 -p 1 -q 1 -u 2 -v 2 -t 1 -i 3
+# Solution choice: immediate mode, a named solver, then tuning (-s 1) followed by find.
+drv conv -n 16 -c 64 -H 28 -W 28 -k 64 -y 3 -x 3 -p 1 -q 1 -t 1 -i 3 -S 0
+drv conv -n 16 -c 64 -H 28 -W 28 -k 64 -y 3 -x 3 -p 1 -q 1 -t 1 -i 3 -S GemmFwdRest -F 1
+step "driver -s 1 (tune, NORMAL find)" 150 env MIOPY_BACKEND=cuda MIOPY_FIND_MODE=NORMAL MIOPY_LOG_LEVEL=5 \
+    python3 -m miopy.driver conv -n 16 -c 64 -H 28 -W 28 -k 64 -y 3 -x 3 -p 1 -q 1 -t 1 -i 5 -s 1 -F 1
+if python3 -c 'import pyopencl' 2>/dev/null; then
+    step "driver on NVIDIA OpenCL" 90 env MIOPY_BACKEND=opencl MIOPY_FIND_MODE=NORMAL python3 -m miopy.driver \
+        conv -n 8 -c 32 -H 28 -W 28 -k 32 -y 3 -x 3 -p 1 -q 1 -t 1 -i 3
+fi
+# Find on ResNet-50 layers (batch 32), every applicable solver timed, cuDNN beside it.
+step "find report fp32" 120 env MIOPY_FIND_MODE=NORMAL python3 scripts/find_report.py --backend cuda --dtype fp32
+step "find report fp16" 120 env MIOPY_FIND_MODE=NORMAL python3 scripts/find_report.py --backend cuda --dtype fp16
 
 echo
 echo "== summary (${SECONDS}s)"

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from miopy import log
+from miopy.errors import MiopyError
 from miopy.solution import Solution
+
+_log = log.get("miopy.engine.bench")
 
 # Counted so tests can tell how many solutions were benchmarked (find modes) without wall time.
 counters = {"benchmarks": 0}
@@ -60,3 +66,22 @@ def median_time(
     (warm,) = handle.backend.time_ms(lambda: invoker(args, workspace), 1)
     runs = max(1, min(runs, int(budget_ms / max(warm, 1e-3))))
     return float(statistics.median(handle.backend.time_ms(lambda: invoker(args, workspace), runs)))
+
+
+def compile_all(handle, solutions: list[Solution]) -> list[Solution]:
+    """Build every solution's kernels in parallel threads (the compilers release the GIL); a
+    solution that fails to build is dropped with a warning."""
+
+    def build(solution: Solution) -> Solution | None:
+        try:
+            handle.prepare_invoker(solution)
+            return solution
+        except MiopyError as exc:
+            _log.warning(
+                "%s %s failed to build and is skipped: %s", solution.solver, solution.config or "", exc
+            )
+            return None
+
+    workers = max(1, min(os.cpu_count() or 1, 16, len(solutions)))
+    with ThreadPoolExecutor(workers) as pool:
+        return [s for s in pool.map(build, solutions) if s is not None]

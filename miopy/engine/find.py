@@ -6,7 +6,6 @@ dynamic solvers only. Any MIOPY_FIND_ENFORCE other than NONE forces NORMAL, as i
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,22 +83,6 @@ def _store(handle, problem: ConvProblem, ranked: list[Solution]) -> None:
     )
 
 
-def _compile_all(handle, solutions: list[Solution]) -> list[Solution]:
-    """Build every candidate's kernels in parallel threads; a solver that fails to build is dropped."""
-
-    def build(solution: Solution) -> Solution | None:
-        try:
-            handle.prepare_invoker(solution)
-            return solution
-        except MiopyError as exc:
-            _log.warning("%s failed to build and is skipped: %s", solution.solver, exc)
-            return None
-
-    workers = max(1, min(4, len(solutions)))
-    with ThreadPoolExecutor(workers) as pool:
-        return [s for s in pool.map(build, solutions) if s is not None]
-
-
 def _full_find(
     handle, problem: ConvProblem, options: FindOptions, tensors, dynamic_only: bool, search: bool
 ) -> list[Solution]:
@@ -118,7 +101,7 @@ def _full_find(
         ):
             continue
         candidates.append(make_solution(handle, problem, solver))
-    candidates = _compile_all(handle, candidates)
+    candidates = bench.compile_all(handle, candidates)
     if not candidates:
         raise InternalError(f"problem={problem.key()}: every applicable solver failed to build")
     prepared = bench.device_args(handle, candidates[0], tensors)

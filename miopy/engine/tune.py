@@ -3,15 +3,17 @@ perf DB. The search strategy is pluggable; exhaustive is the default (MIOpen's).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from miopy import log
 from miopy.engine import bench
-from miopy.engine.candidates import applicable
+from miopy.engine.candidates import applicable, make_solution
 from miopy.errors import MiopyError
 from miopy.problem.conv import ConvProblem
+from miopy.solution import Solution
 from miopy.solvers import Solver
 
 _log = log.get("miopy.engine.tune")
@@ -73,8 +75,6 @@ def tune(
 ) -> dict[str, tuple[dict, float]]:
     """Search each tunable solver's space for ``problem``; store the winners in the user perf DB.
     Returns {solver name: (best config, ms)}."""
-    from miopy.engine.candidates import make_solution
-
     pick = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
     view = problem.conv_view()
     if solvers is None:
@@ -86,11 +86,20 @@ def tune(
         if not configs:
             continue
         _log.info("tuning %s over %d configs", solver.name, len(configs))
+        built: dict[str, Solution] = {}
+        if pick is exhaustive:  # it visits every config: build them all at once, in parallel
+            for solution in bench.compile_all(
+                handle, [make_solution(handle, problem, solver, c) for c in configs]
+            ):
+                built[solution.config_key()] = solution
+            configs = [c for c in configs if json.dumps(c, sort_keys=True) in built]
 
-        def measure(cfg: dict, solver=solver) -> float | None:
+        def measure(cfg: dict, solver=solver, built=built) -> float | None:
             nonlocal prepared
             try:
-                solution = make_solution(handle, problem, solver, cfg)
+                solution = built.get(json.dumps(cfg, sort_keys=True)) or make_solution(
+                    handle, problem, solver, cfg
+                )
                 if prepared is None:
                     prepared = bench.device_args(handle, solution, tensors)
                 return bench.median_time(handle, solution, prepared, runs=3, budget_ms=500.0)
