@@ -16,6 +16,29 @@ import numpy as np
 KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
 
 
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
+
+
+def expand_includes(source: str, seen: set[str] | None = None) -> str:
+    """The source with our own ``#include "common/..."`` headers pasted in, once each (their
+    include guards would drop repeats anyway). Used for the cache key's source hash, and by
+    backends whose compiler should not be trusted with include paths (NVIDIA's OpenCL loses them
+    once NVRTC is loaded in the process)."""
+    seen = set() if seen is None else seen
+
+    def paste(match: re.Match) -> str:
+        name = match.group(1)
+        path = KERNEL_ROOT / name
+        if not path.is_file():
+            return match.group(0)  # not ours: the compiler's business
+        if name in seen:
+            return f"/* {name}: already included */"
+        seen.add(name)
+        return f"/* begin {name} */\n{expand_includes(path.read_text(), seen)}\n/* end {name} */"
+
+    return _INCLUDE.sub(paste, source)
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     name: str
@@ -132,26 +155,6 @@ class Backend(abc.ABC):
         return KERNEL_ROOT / self.kernel_dir / (file + self.kernel_ext)
 
     def read_source(self, file: str) -> tuple[str, str]:
-        """(source, sha256 of the source and every header it includes, recursively)."""
-        path = self.kernel_path(file)
-        source = path.read_text()
-        digest = hashlib.sha256()
-        seen: set[Path] = set()
-
-        def visit(p: Path, text: str) -> None:
-            if p in seen:
-                return
-            seen.add(p)
-            digest.update(p.name.encode() + b"\0" + text.encode() + b"\0")
-            for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
-                for q in (p.parent / inc, KERNEL_ROOT / inc):
-                    if q.exists():
-                        visit(q, q.read_text())
-                        break
-
-        visit(path, source)
-        return source, digest.hexdigest()
-
-    def include_dir(self) -> Path:
-        """Kernels include shared headers as ``#include "common/<name>.h"``."""
-        return KERNEL_ROOT
+        """(source, sha256 of the source with every header it includes, recursively)."""
+        source = self.kernel_path(file).read_text()
+        return source, hashlib.sha256(expand_includes(source).encode()).hexdigest()

@@ -13,7 +13,7 @@ import numpy as np
 
 from miopy import log
 from miopy.backends.base import Backend as BackendBase
-from miopy.backends.base import DeviceInfo
+from miopy.backends.base import DeviceInfo, expand_includes
 from miopy.errors import AllocFailed, BackendUnavailable, CompileError
 
 _log = log.get("miopy.backends.opencl")
@@ -119,9 +119,8 @@ class Backend(BackendBase):
 
     # ---- kernels ------------------------------------------------------------------------------
     def build(self, source: str, filename: str, options: list[str]) -> bytes:
-        opts = [*options, f"-I{self.include_dir()}"]  # one option: NVIDIA rejects "-I" "dir"
         try:
-            program = cl.Program(self.ctx, source).build(options=opts, cache_dir=False)
+            program = cl.Program(self.ctx, expand_includes(source)).build(options=options, cache_dir=False)
         except cl.RuntimeError as exc:
             raise CompileError(f"{filename}: OpenCL build failed with {' '.join(options)}:\n{exc}") from None
         return bytes(program.get_info(cl.program_info.BINARIES)[0])
