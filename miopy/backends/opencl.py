@@ -47,6 +47,15 @@ def _arch(device) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")[:40]
 
 
+def _nvrtc_loaded() -> bool:
+    """Is NVRTC mapped into this process (by the cuda backend, CuPy, ...)?"""
+    try:
+        with open("/proc/self/maps") as maps:
+            return "libnvrtc" in maps.read()
+    except OSError:
+        return False
+
+
 class Backend(BackendBase):
     name = "opencl"
     kernel_dir = "opencl"
@@ -74,6 +83,7 @@ class Backend(BackendBase):
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
         d = self.device
+        self._nvidia = "NVIDIA" in d.platform.name.upper()
         fingerprint = f"{d.platform.name} {d.platform.version}|{d.name}|{d.driver_version}|{d.version}"
         self.info = DeviceInfo(
             name=d.name.strip(),
@@ -119,6 +129,13 @@ class Backend(BackendBase):
 
     # ---- kernels ------------------------------------------------------------------------------
     def build(self, source: str, filename: str, options: list[str]) -> bytes:
+        if self._nvidia and _nvrtc_loaded():
+            # Seen on an H100 with CUDA 13: after NVRTC is loaded, NVIDIA's OpenCL compiler still
+            # builds, but some kernels then compute wrong results. A clear error beats that.
+            raise CompileError(
+                f"{filename}: NVIDIA's OpenCL miscompiles once NVRTC is loaded in the same "
+                "process; use MIOPY_BACKEND=cuda here, or OpenCL in a process of its own"
+            )
         try:
             program = cl.Program(self.ctx, expand_includes(source)).build(options=options, cache_dir=False)
         except cl.RuntimeError as exc:

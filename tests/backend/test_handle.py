@@ -78,3 +78,14 @@ def test_zero_copy_device_buffers(isolated):
     get_solutions(h, problem)[0].run(h, dev)  # pyopencl arrays: used in place
     host["y"] = dev["y"].get()
     assert rms_range(output_of(problem, host), expected) < 1.5e-6
+
+
+def test_nvidia_opencl_refuses_to_compile_beside_nvrtc(isolated, monkeypatch):
+    from miopy.backends import opencl
+
+    h = Handle("opencl")
+    monkeypatch.setattr(h.backend, "_nvidia", True)
+    monkeypatch.setattr(opencl, "_nvrtc_loaded", lambda: True)
+    spec = KernelSpec("conv_naive", "conv_naive_wrw", {"MIOPY_DTYPE": 2, "UNCACHED": 1}, (256,), (256,))
+    with pytest.raises(errors.CompileError, match="NVRTC is loaded"):
+        h.compile(spec)
