@@ -9,6 +9,7 @@ import numpy as np
 
 from miopy import backends, config, log
 from miopy.errors import BadParm, bad
+from miopy.logging_cmd import log_conv_command
 from miopy.solution import CompiledKernel, Invoker, KernelSpec, Solution
 
 _log = log.get("miopy.handle")
@@ -154,6 +155,9 @@ class Handle:
 
     def run_solution(self, solution: Solution, tensors: dict[str, Any], workspace: Any = None) -> None:
         problem = solution.problem
+        if not isinstance(tensors, dict):
+            raise BadParm(f"tensors={type(tensors).__name__}: expected a dict with x, w and y")
+        log_conv_command(problem, self._solver_id(solution.solver))
         sizes = {"x": problem.x.nbytes, "w": problem.w.nbytes, "y": problem.y.nbytes}
         missing = [r for r in sizes if tensors.get(r) is None]
         if missing:
@@ -174,6 +178,13 @@ class Handle:
         if hosts[out] is not None:
             self.backend.download(bufs[out], hosts[out])
         self.backend.synchronize()
+
+    @staticmethod
+    def _solver_id(name: str) -> int | None:
+        from miopy.solvers import by_name
+
+        solver = by_name(name)
+        return solver.id if solver is not None else None
 
     def __repr__(self) -> str:
         return f"Handle({self.backend_name}, {self.info.name}, {self.db_basename})"

@@ -14,6 +14,7 @@ from miopy.db.find_db import FindRecord
 from miopy.engine import bench, tune
 from miopy.engine.candidates import applicable, check_problem, make_solution, resolve_solver
 from miopy.errors import BadParm, InternalError, MiopyError
+from miopy.logging_cmd import log_conv_command
 from miopy.problem.conv import ConvProblem
 from miopy.solution import Solution
 from miopy.solvers import by_name
@@ -118,9 +119,9 @@ def find_solutions(
     """Ranked solutions for ``problem`` (Find 2.0). ``tensors`` (optional) are used to time on
     real data; they are copied, never modified."""
     problem = check_problem(problem)
-    options = options or FindOptions()
-    from miopy.logging_cmd import log_conv_command
-
+    options = FindOptions() if options is None else options
+    if not isinstance(options, FindOptions):
+        raise BadParm(f"options={type(options).__name__}: expected FindOptions")
     log_conv_command(problem)
     mode, enforce = config.find_mode(), config.find_enforce()
     if enforce == "DB_CLEAN":
@@ -148,6 +149,7 @@ def _immediate_fallback(handle, problem: ConvProblem) -> list[Solution]:
 def get_solutions(handle, problem: ConvProblem) -> list[Solution]:
     """Immediate mode: the find DB's ranking when there is one, else the registry order; no timing."""
     problem = check_problem(problem)
+    log_conv_command(problem)
     return _from_find_db(handle, problem) or _immediate_fallback(handle, problem)
 
 
@@ -160,8 +162,6 @@ def compile_solution(handle, solution: Solution) -> Solution:
 def solution_for(handle, problem: ConvProblem, solver: str | int, config: dict | None = None) -> Solution:
     """Immediate mode with one named solver (or id); BadParm says why it cannot run."""
     problem = check_problem(problem)
-    from miopy.logging_cmd import log_conv_command
-
     found = resolve_solver(handle, problem, solver)
     log_conv_command(problem, found.id)
     return make_solution(handle, problem, found, config)

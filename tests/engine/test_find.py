@@ -247,3 +247,17 @@ def test_run_rejects_bad_tensors(handle):
         )
     with pytest.raises(errors.BadParm, match="w="):
         solution.run(handle, {"x": np.zeros(1000, np.float32), "w": [1, 2], "y": np.zeros(1000, np.float32)})
+
+
+def test_every_convolution_call_logs_its_driver_command(handle, monkeypatch, capsys):
+    monkeypatch.setenv("MIOPY_ENABLE_LOGGING_CMD", "1")
+    problem = small(direction="W")
+    solution = get_solutions(handle, problem)[0]
+    check(handle, solution)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "[LogCmdConvolution]" in ln]
+    assert len(lines) == 2
+    assert lines[0].split("] ", 1)[1].startswith("miopy-driver conv -n 1 -c 2 -H 6 -W 6 -k 4")
+    assert " -F 4" in lines[0] and f" -S {by_name(solution.solver).id}" in lines[1]
+    monkeypatch.delenv("MIOPY_ENABLE_LOGGING_CMD")
+    get_solutions(handle, problem)
+    assert "[LogCmdConvolution]" not in capsys.readouterr().err
