@@ -46,7 +46,8 @@ def cudnn_ms(c, hw, k, r, s, p, n, dtype, direction):
     else:
         mask = (direction == "B", direction == "W", False)
         fn = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
-            dy, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask)
+            dy, x, w, None, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask
+        )
     return triton.testing.do_bench(fn, warmup=25, rep=100)
 
 
@@ -69,9 +70,14 @@ def main() -> None:
             found = find_solutions(h, problem, FindOptions(tuning=args.tune))
             ref = cudnn_ms(c, hw, k, r, s, p, args.batch, args.dtype, d)
             gflop = problem.flops() / 1e9
-            print(f"{name} {d}: " + "; ".join(
-                f"{sol.solver} {sol.time_ms:.4f} ms ({gflop / sol.time_ms:.1f} TFLOP/s)" for sol in found)
-                + (f" | cuDNN {ref:.4f} ms" if ref is not None else ""), flush=True)
+            print(
+                f"{name} {d}: "
+                + "; ".join(
+                    f"{sol.solver} {sol.time_ms:.4f} ms ({gflop / sol.time_ms:.1f} TFLOP/s)" for sol in found
+                )
+                + (f" | cuDNN {ref:.4f} ms" if ref is not None else ""),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

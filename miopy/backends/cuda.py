@@ -32,8 +32,7 @@ from miopy.tensor import DataType
 
 _log = log.get("miopy.backends.cuda")
 
-_HEADERS_HINT = ("pip install nvidia-cuda-runtime (the CUDA 13 headers), or set CUDA_PATH to a CUDA "
-                 "toolkit")
+_HEADERS_HINT = "pip install nvidia-cuda-runtime (the CUDA 13 headers), or set CUDA_PATH to a CUDA toolkit"
 
 
 # ---- NVRTC: usable without a GPU or CuPy --------------------------------------------------------
@@ -41,8 +40,9 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError as exc:
-        raise BackendUnavailable(f"cuda-bindings is not installed ({exc}); "
-                                 "pip install 'miopy[cuda]'") from None
+        raise BackendUnavailable(
+            f"cuda-bindings is not installed ({exc}); pip install 'miopy[cuda]'"
+        ) from None
     return nvrtc
 
 
@@ -136,16 +136,25 @@ def _compile(source: str, filename: str, options: list[str], arch: str) -> bytes
     inc = cuda_include_dir()
     if inc is None:
         raise CompileError(f"{filename}: the CUDA headers (cuda_fp16.h) were not found; {_HEADERS_HINT}")
-    opts = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device",
-            f"--include-path={KERNEL_ROOT}", f"--include-path={inc}", *options]
-    (prog,) = _check(nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], []),
-                     "nvrtcCreateProgram")
+    opts = [
+        f"--gpu-architecture={arch}",
+        "--std=c++17",
+        "-default-device",
+        f"--include-path={KERNEL_ROOT}",
+        f"--include-path={inc}",
+        *options,
+    ]
+    (prog,) = _check(
+        nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], []), "nvrtcCreateProgram"
+    )
     try:
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         text = _program_log(prog)
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(f"{filename}: NVRTC {'.'.join(map(str, nvrtc_version()))} failed for {arch} "
-                               f"with {' '.join(options) or 'no options'}:\n{text}")
+            raise CompileError(
+                f"{filename}: NVRTC {'.'.join(map(str, nvrtc_version()))} failed for {arch} "
+                f"with {' '.join(options) or 'no options'}:\n{text}"
+            )
         if text.strip():
             _log.debug("%s %s: NVRTC says:\n%s", filename, " ".join(options), text)
         if arch.startswith("sm_"):
@@ -183,8 +192,9 @@ def _target_for(major: int, minor: int) -> str:
     older = [a for a in archs if a <= cc]
     if not older:
         raise BackendUnavailable(f"NVRTC {nvrtc_version()} cannot build for sm_{cc} (it knows {archs})")
-    _log.warning("NVRTC %s has no sm_%d; building PTX for compute_%d instead", nvrtc_version(), cc,
-                 max(older))
+    _log.warning(
+        "NVRTC %s has no sm_%d; building PTX for compute_%d instead", nvrtc_version(), cc, max(older)
+    )
     return f"compute_{max(older)}"
 
 
@@ -259,13 +269,19 @@ class Backend(BackendBase):
         major, minor = int(props["major"]), int(props["minor"])
         self.target = _target_for(major, minor)
         nv = ".".join(map(str, nvrtc_version()))
-        fingerprint = (f"nvrtc {nv}|driver {cp.cuda.runtime.driverGetVersion()}"
-                       f"|runtime {cp.cuda.runtime.runtimeGetVersion()}|headers {_headers_version()}"
-                       f"|{self.target}")
-        self.info = DeviceInfo(name=name.strip(), arch=f"sm_{major}{minor}",
-                               compute_units=int(props["multiProcessorCount"]), fingerprint=fingerprint,
-                               max_work_group_size=int(props["maxThreadsPerBlock"]),
-                               local_mem_size=int(props["sharedMemPerBlock"]))
+        fingerprint = (
+            f"nvrtc {nv}|driver {cp.cuda.runtime.driverGetVersion()}"
+            f"|runtime {cp.cuda.runtime.runtimeGetVersion()}|headers {_headers_version()}"
+            f"|{self.target}"
+        )
+        self.info = DeviceInfo(
+            name=name.strip(),
+            arch=f"sm_{major}{minor}",
+            compute_units=int(props["multiProcessorCount"]),
+            fingerprint=fingerprint,
+            max_work_group_size=int(props["maxThreadsPerBlock"]),
+            local_mem_size=int(props["sharedMemPerBlock"]),
+        )
         self._modules: dict[bytes, Any] = {}
         self._lock = threading.Lock()
 
@@ -296,16 +312,18 @@ class Backend(BackendBase):
 
     def download(self, buffer: Any, out: np.ndarray) -> None:
         if not (out.flags.c_contiguous and out.flags.writeable):
-            raise bad("out", "a non-contiguous or read-only array",
-                      "download needs a writable C-contiguous array")
+            raise bad(
+                "out", "a non-contiguous or read-only array", "download needs a writable C-contiguous array"
+            )
         size = self.nbytes(buffer)
         if out.nbytes > size:
             raise bad("out", f"{out.nbytes} bytes", f"the buffer holds only {size} bytes")
         if out.nbytes:
             rt = self._cp.cuda.runtime
             with self.device:
-                rt.memcpyAsync(out.ctypes.data, self._ptr(buffer), out.nbytes, rt.memcpyDeviceToHost,
-                               self.stream.ptr)
+                rt.memcpyAsync(
+                    out.ctypes.data, self._ptr(buffer), out.nbytes, rt.memcpyDeviceToHost, self.stream.ptr
+                )
                 self.stream.synchronize()
 
     def wrap(self, obj: Any) -> Any | None:
@@ -346,8 +364,11 @@ class Backend(BackendBase):
 
     def _check_device(self, device_id: int, obj: Any) -> None:
         if device_id not in (-1, self.device_id):
-            raise bad("buffer", f"{type(obj).__name__} on CUDA device {device_id}",
-                      f"this handle runs on CUDA device {self.device_id}")
+            raise bad(
+                "buffer",
+                f"{type(obj).__name__} on CUDA device {device_id}",
+                f"this handle runs on CUDA device {self.device_id}",
+            )
 
     def copy(self, dst: Any, src: Any, nbytes: int) -> None:
         nbytes = int(nbytes)
@@ -357,8 +378,9 @@ class Backend(BackendBase):
         if nbytes:
             rt = self._cp.cuda.runtime
             with self.device:
-                rt.memcpyAsync(self._ptr(dst), self._ptr(src), nbytes, rt.memcpyDeviceToDevice,
-                               self.stream.ptr)
+                rt.memcpyAsync(
+                    self._ptr(dst), self._ptr(src), nbytes, rt.memcpyDeviceToDevice, self.stream.ptr
+                )
 
     def nbytes(self, buffer: Any) -> int:
         cp = self._cp
@@ -395,11 +417,13 @@ class Backend(BackendBase):
         cp = self._cp
         if isinstance(a, (cp.ndarray, cp.cuda.MemoryPointer)):
             return np.uint64(self._ptr(a))
-        raise bad(f"args[{i}]", type(a).__name__,
-                  "expected a buffer or a NumPy scalar (np.int32, np.float32 ...)")
+        raise bad(
+            f"args[{i}]", type(a).__name__, "expected a buffer or a NumPy scalar (np.int32, np.float32 ...)"
+        )
 
-    def launch(self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...],
-               args: list[Any]) -> None:
+    def launch(
+        self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...], args: list[Any]
+    ) -> None:
         if len(global_size) != len(local_size) or not 1 <= len(global_size) <= 3:
             raise bad("global_size", global_size, f"needs 1 to 3 dims, like local_size {local_size}")
         grid = []
@@ -431,10 +455,28 @@ class Backend(BackendBase):
         return times
 
     # ---- cuBLAS -------------------------------------------------------------------------------
-    def gemm(self, dtype: Any, trans_a: bool, trans_b: bool, m: int, n: int, k: int,
-             a: Any, a_offset: int, lda: int, b: Any, b_offset: int, ldb: int,
-             c: Any, c_offset: int, ldc: int, batch: int = 1, stride_a: int = 0, stride_b: int = 0,
-             stride_c: int = 0) -> None:
+    def gemm(
+        self,
+        dtype: Any,
+        trans_a: bool,
+        trans_b: bool,
+        m: int,
+        n: int,
+        k: int,
+        a: Any,
+        a_offset: int,
+        lda: int,
+        b: Any,
+        b_offset: int,
+        ldb: int,
+        c: Any,
+        c_offset: int,
+        ldc: int,
+        batch: int = 1,
+        stride_a: int = 0,
+        stride_b: int = 0,
+        stride_c: int = 0,
+    ) -> None:
         from cupy_backends.cuda.libs import cublas
 
         dt = DataType.parse(dtype)
@@ -445,9 +487,11 @@ class Backend(BackendBase):
             return
         size = dt.itemsize
         # Row-major (rows, cols) of each stored matrix, checked against its leading dim and buffer.
-        shapes = {"a": ((k, m) if trans_a else (m, k), a, a_offset, lda, stride_a),
-                  "b": ((n, k) if trans_b else (k, n), b, b_offset, ldb, stride_b),
-                  "c": ((m, n), c, c_offset, ldc, stride_c)}
+        shapes = {
+            "a": ((k, m) if trans_a else (m, k), a, a_offset, lda, stride_a),
+            "b": ((n, k) if trans_b else (k, n), b, b_offset, ldb, stride_b),
+            "c": ((m, n), c, c_offset, ldc, stride_c),
+        }
         ptrs = {}
         for role, ((rows, cols), buf, offset, ld, stride) in shapes.items():
             if ld < max(cols, 1):
@@ -456,8 +500,9 @@ class Backend(BackendBase):
                 raise bad(f"{role}_offset", (offset, stride), "offsets and strides must be >= 0")
             need = (offset + (batch - 1) * stride + (rows - 1) * ld + cols) * size if rows and cols else 0
             if self.nbytes(buf) < need:
-                raise bad(role, f"buffer of {self.nbytes(buf)} bytes",
-                          f"the GEMM reads or writes {need} bytes")
+                raise bad(
+                    role, f"buffer of {self.nbytes(buf)} bytes", f"the GEMM reads or writes {need} bytes"
+                )
             ptrs[role] = self._ptr(buf) + offset * size
         t = _CUDA_TYPES[dt]
         alpha = np.ones((), np.float32)
@@ -474,14 +519,53 @@ class Backend(BackendBase):
             cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
             try:
                 if batch == 1:
-                    cublas.gemmEx(handle, op_b, op_a, n, m, k, alpha.ctypes.data, ptrs["b"], t, ldb,
-                                  ptrs["a"], t, lda, beta.ctypes.data, ptrs["c"], t, ldc,
-                                  _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
+                    cublas.gemmEx(
+                        handle,
+                        op_b,
+                        op_a,
+                        n,
+                        m,
+                        k,
+                        alpha.ctypes.data,
+                        ptrs["b"],
+                        t,
+                        ldb,
+                        ptrs["a"],
+                        t,
+                        lda,
+                        beta.ctypes.data,
+                        ptrs["c"],
+                        t,
+                        ldc,
+                        _CUBLAS_COMPUTE_32F,
+                        _CUBLAS_GEMM_DEFAULT,
+                    )
                 else:
-                    cublas.gemmStridedBatchedEx(handle, op_b, op_a, n, m, k, alpha.ctypes.data,
-                                                ptrs["b"], t, ldb, stride_b, ptrs["a"], t, lda, stride_a,
-                                                beta.ctypes.data, ptrs["c"], t, ldc, stride_c, batch,
-                                                _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
+                    cublas.gemmStridedBatchedEx(
+                        handle,
+                        op_b,
+                        op_a,
+                        n,
+                        m,
+                        k,
+                        alpha.ctypes.data,
+                        ptrs["b"],
+                        t,
+                        ldb,
+                        stride_b,
+                        ptrs["a"],
+                        t,
+                        lda,
+                        stride_a,
+                        beta.ctypes.data,
+                        ptrs["c"],
+                        t,
+                        ldc,
+                        stride_c,
+                        batch,
+                        _CUBLAS_COMPUTE_32F,
+                        _CUBLAS_GEMM_DEFAULT,
+                    )
             finally:
                 cublas.setPointerMode(handle, pointer_mode)
                 cublas.setMathMode(handle, math_mode)

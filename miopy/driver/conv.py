@@ -93,10 +93,18 @@ ALGORITHM_IDS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm
 # run label, verify label, stats prefix, dump file
 _NAMES = {
     Direction.FORWARD: ("Forward Conv.", "Forward Convolution", "fwd-conv", "dump_fwd_out_gpu.bin"),
-    Direction.BACKWARD_DATA: ("Backward Data Conv.", "Backward Convolution Data", "bwdd-conv",
-                              "dump_bwd_din_gpu.bin"),
-    Direction.BACKWARD_WEIGHTS: ("Backward Weights Conv.", "Backward Convolution Weights", "bwdw-conv",
-                                 "dump_bwd_dwei_gpu.bin"),
+    Direction.BACKWARD_DATA: (
+        "Backward Data Conv.",
+        "Backward Convolution Data",
+        "bwdd-conv",
+        "dump_bwd_din_gpu.bin",
+    ),
+    Direction.BACKWARD_WEIGHTS: (
+        "Backward Weights Conv.",
+        "Backward Convolution Weights",
+        "bwdw-conv",
+        "dump_bwd_dwei_gpu.bin",
+    ),
 }
 _SEED = 20240229
 
@@ -110,6 +118,7 @@ def _bad(long: str, value: Any, why: str) -> BadParm:
 
 
 # ---- problem ------------------------------------------------------------------------------------
+
 
 def parse(argv: list[str]) -> dict[str, Any]:
     return parse_flags(argv, FLAGS)
@@ -128,22 +137,31 @@ def _layout(values: dict[str, Any], long: str, dims: int) -> str:
     if not text:
         return valid[0]
     if text not in valid:
-        raise _bad(long, values[long], f"unknown layout for a {dims}-d convolution (expected "
-                   f"{' or '.join(valid)})")
+        raise _bad(
+            long, values[long], f"unknown layout for a {dims}-d convolution (expected {' or '.join(valid)})"
+        )
     return text
 
 
-def build_problem(values: dict[str, Any], dtype: DataType | str,
-                  direction: Direction | str = Direction.FORWARD) -> ConvProblem:
+def build_problem(
+    values: dict[str, Any], dtype: DataType | str, direction: Direction | str = Direction.FORWARD
+) -> ConvProblem:
     """The ConvProblem a driver command line describes; bad values raise BadParm naming the flag."""
     dtype = DataType.parse(dtype)
     dims = values["spatial_dim"]
     if dims not in (2, 3):
         raise _bad("spatial_dim", dims, "expected 2 or 3")
     axes = "dhw" if dims == 3 else "hw"
-    for long in ("batchsize", "in_channels", "out_channels", "group_count",
-                 *(f"in_{a}" for a in axes), *(f"fil_{a}" for a in axes),
-                 *(f"conv_stride_{a}" for a in axes), *(f"dilation_{a}" for a in axes)):
+    for long in (
+        "batchsize",
+        "in_channels",
+        "out_channels",
+        "group_count",
+        *(f"in_{a}" for a in axes),
+        *(f"fil_{a}" for a in axes),
+        *(f"conv_stride_{a}" for a in axes),
+        *(f"dilation_{a}" for a in axes),
+    ):
         if values[long] < 1:
             raise _bad(long, values[long], "must be positive")
     for long in (*(f"pad_{a}" for a in axes), *(f"trans_output_pad_{a}" for a in axes)):
@@ -171,8 +189,12 @@ def build_problem(values: dict[str, Any], dtype: DataType | str,
             padded = size if pad_mode == "valid" else size + 2 * pad
             if pad_mode != "same" and padded < span:
                 what = f"filter (dilation {dil}: span {span})" if dil > 1 else "filter"
-                raise _bad(f"fil_{a}", fil, f"{what} is larger than the padded input "
-                           f"({size} + 2*{0 if pad_mode == 'valid' else pad})")
+                raise _bad(
+                    f"fil_{a}",
+                    fil,
+                    f"{what} is larger than the padded input "
+                    f"({size} + 2*{0 if pad_mode == 'valid' else pad})",
+                )
         else:
             if opad >= max(stride, dil):
                 raise _bad(f"trans_output_pad_{a}", opad, "must be smaller than the stride or the dilation")
@@ -180,17 +202,24 @@ def build_problem(values: dict[str, Any], dtype: DataType | str,
                 raise _bad(f"pad_{a}", pad, "too large: the transposed convolution's output is empty")
     in_sp = [values[f"in_{a}"] for a in axes]
     fil = [values[f"fil_{a}"] for a in axes]
-    conv = ConvDesc([values[f"pad_{a}"] for a in axes], [values[f"conv_stride_{a}"] for a in axes],
-                    [values[f"dilation_{a}"] for a in axes], g, mode,
-                    [values[f"trans_output_pad_{a}"] for a in axes] if mode == "trans" else None, pad_mode)
+    conv = ConvDesc(
+        [values[f"pad_{a}"] for a in axes],
+        [values[f"conv_stride_{a}"] for a in axes],
+        [values[f"dilation_{a}"] for a in axes],
+        g,
+        mode,
+        [values[f"trans_output_pad_{a}"] for a in axes] if mode == "trans" else None,
+        pad_mode,
+    )
     wlens = (k, c // g, *fil) if mode == "conv" else (c, k // g, *fil)
     x = TensorDesc(dtype, (n, c, *in_sp), layout=_layout(values, "in_layout", dims))
     w = TensorDesc(dtype, wlens, layout=_layout(values, "fil_layout", dims))
     return ConvProblem.create(x, w, conv, direction, y_layout=_layout(values, "out_layout", dims))
 
 
-def problem_from_args(argv: list[str], dtype: DataType | str | None = None,
-                      direction: Direction | str | None = None) -> ConvProblem:
+def problem_from_args(
+    argv: list[str], dtype: DataType | str | None = None, direction: Direction | str | None = None
+) -> ConvProblem:
     """Parse ``[subcommand] flags...`` into the problem of the single direction ``-F`` selects
     (or ``direction``); the subcommand, when given first, sets the data type."""
     argv = list(argv)
@@ -210,6 +239,7 @@ _DTYPE_OF = {name: dtype for dtype, name in SUBCOMMAND.items()}
 
 
 # ---- data ---------------------------------------------------------------------------------------
+
 
 def _random(desc: TensorDesc, role: str) -> np.ndarray:
     """Uniform in [-1, 1), seeded per role, stored in the descriptor's layout."""
@@ -238,8 +268,12 @@ def _load(path: str, desc: TensorDesc, long: str) -> np.ndarray:
         return flat
     flat = array.reshape(-1)
     if flat.size != desc.element_space:
-        raise _bad(long, path, f"holds {flat.size} elements of {storage}; the tensor needs "
-                   f"{desc.element_space} ({'x'.join(map(str, desc.lens))} {desc.layout})")
+        raise _bad(
+            long,
+            path,
+            f"holds {flat.size} elements of {storage}; the tensor needs "
+            f"{desc.element_space} ({'x'.join(map(str, desc.lens))} {desc.layout})",
+        )
     if flat.dtype != storage:
         flat = to_storage(flat.astype(np.float32), desc.dtype)
     return np.ascontiguousarray(flat, dtype=storage)
@@ -256,6 +290,7 @@ def _inputs(problem: ConvProblem, values: dict[str, Any]) -> dict[str, np.ndarra
 
 
 # ---- verification -------------------------------------------------------------------------------
+
 
 def tolerance(problem: ConvProblem, solution: Any = None) -> float:
     """MIOpen's: 1.5e-6 for 4-byte types, 8.2e-3 for 2-byte ones; x8 bf16, x2 backward weights;
@@ -284,8 +319,9 @@ def reference(problem: ConvProblem, buffers: dict[str, np.ndarray], cache_dir: s
         path = Path(cache_dir).expanduser() / f"ref-{digest.hexdigest()[:40]}.npy"
         try:
             cached = np.load(path, allow_pickle=False)
-            if cached.shape == tuple({"x": problem.x, "w": problem.w, "y": problem.y}
-                                     [problem.output_role].lens):
+            if cached.shape == tuple(
+                {"x": problem.x, "w": problem.w, "y": problem.y}[problem.output_role].lens
+            ):
                 return cached
         except (OSError, ValueError):
             pass
@@ -303,30 +339,43 @@ def reference(problem: ConvProblem, buffers: dict[str, np.ndarray], cache_dir: s
 
 # ---- running ------------------------------------------------------------------------------------
 
+
 def _check_supported(values: dict[str, Any]) -> None:
     if values["bias"]:
         raise NotImplementedStatus(f"{_label('bias')}={values['bias']}: bias is not implemented")
     if values["pad_val"]:
-        raise NotImplementedStatus(f"{_label('pad_val')}={values['pad_val']:g}: only zero padding is "
-                                   "implemented")
+        raise NotImplementedStatus(
+            f"{_label('pad_val')}={values['pad_val']:g}: only zero padding is implemented"
+        )
     if values["tensor_vect"]:
-        raise NotImplementedStatus(f"{_label('tensor_vect')}={values['tensor_vect']}: vectorised tensors "
-                                   "are not implemented")
+        raise NotImplementedStatus(
+            f"{_label('tensor_vect')}={values['tensor_vect']}: vectorised tensors are not implemented"
+        )
     if values["vector_length"] != 1:
-        raise NotImplementedStatus(f"{_label('vector_length')}={values['vector_length']}: vectorised "
-                                   "tensors are not implemented")
+        raise NotImplementedStatus(
+            f"{_label('vector_length')}={values['vector_length']}: vectorised tensors are not implemented"
+        )
     for long in ("in_cast_type", "out_cast_type", "wei_cast_type"):
         if values[long] != -1:
             raise NotImplementedStatus(f"{_label(long)}={values[long]}: cast types are not implemented")
     if values["iter"] < 1:
         raise _bad("iter", values["iter"], "must be positive")
-    for long, allowed in (("time", (0, 1)), ("wall", (0, 1, 2)), ("verify", (0, 1)), ("search", (0, 1)),
-                          ("printconv", (0, 1)), ("dump_output", (0, 1)), ("gpualloc", (0, 1))):
+    for long, allowed in (
+        ("time", (0, 1)),
+        ("wall", (0, 1, 2)),
+        ("verify", (0, 1)),
+        ("search", (0, 1)),
+        ("printconv", (0, 1)),
+        ("dump_output", (0, 1)),
+        ("gpualloc", (0, 1)),
+    ):
         if values[long] not in allowed:
             raise _bad(long, values[long], f"expected {' or '.join(map(str, allowed))}")
     if values["gpualloc"] and values["verify"]:
-        raise BadParm(f"{_label('gpualloc')}=1 with {_label('verify')}=1: buffers initialised on the "
-                      "device have no host copy, so verification cannot pass; add -V 0")
+        raise BadParm(
+            f"{_label('gpualloc')}=1 with {_label('verify')}=1: buffers initialised on the "
+            "device have no host copy, so verification cannot pass; add -V 0"
+        )
 
 
 def _choose(handle, problem: ConvProblem, values: dict[str, Any], host: dict[str, np.ndarray]):
@@ -362,10 +411,12 @@ def _describe(problem: ConvProblem) -> str:
         return "x".join(map(str, t))
 
     x, w, y = problem.x, problem.w, problem.y
-    text = (f"{SUBCOMMAND[problem.dtype]}: {problem.dtype.value} {c.mode} {problem.spatial_dims}-d, "
-            f"input {x.layout} {dims(x.lens)}, filter {w.layout} {dims(w.lens)}, "
-            f"output {y.layout} {dims(y.lens)}, pads {dims(problem.pads)}, "
-            f"strides {dims(c.strides)}, dilations {dims(c.dilations)}, groups {c.groups}")
+    text = (
+        f"{SUBCOMMAND[problem.dtype]}: {problem.dtype.value} {c.mode} {problem.spatial_dims}-d, "
+        f"input {x.layout} {dims(x.lens)}, filter {w.layout} {dims(w.lens)}, "
+        f"output {y.layout} {dims(y.lens)}, pads {dims(problem.pads)}, "
+        f"strides {dims(c.strides)}, dilations {dims(c.dilations)}, groups {c.groups}"
+    )
     if c.pad_mode != "default":
         text += f", pad mode {c.pad_mode}"
     if c.mode == "trans":
@@ -392,13 +443,16 @@ def _stats(problem: ConvProblem, ms: float) -> tuple[str, str]:
         head = "stats: name, n, c, ho, wo, x, y, k, "
         shape = [n, c, *out_sp, fil[1], fil[0], k]
     head += "flopCnt, bytesRead, bytesWritten, GFLOPs, GB/s, timeMs"
-    line = (f"stats: {name}, {', '.join(map(str, shape))}, {flops}, {read}, {written}, "
-            f"{gflops:.3f}, {gbs:.3f}, {ms:f}")
+    line = (
+        f"stats: {name}, {', '.join(map(str, shape))}, {flops}, {read}, {written}, "
+        f"{gflops:.3f}, {gbs:.3f}, {ms:f}"
+    )
     return head, line
 
 
-def _run_direction(handle, problem: ConvProblem, values: dict[str, Any], inputs: dict[str, np.ndarray],
-                   out: TextIO) -> bool:
+def _run_direction(
+    handle, problem: ConvProblem, values: dict[str, Any], inputs: dict[str, np.ndarray], out: TextIO
+) -> bool:
     """Choose, run, time and verify one direction; False when verification failed."""
     from miopy.engine.find import time_solution
     from miopy.solvers import by_name
@@ -447,8 +501,11 @@ def _run_direction(handle, problem: ConvProblem, values: dict[str, Any], inputs:
 
     if values["dump_output"]:
         host[role].tofile(dump_name)
-        print(f"Wrote {verify_name} output to {os.path.abspath(dump_name)} ({desc.dtype.value} raw, "
-              f"{desc.layout} {'x'.join(map(str, desc.lens))})", file=out)
+        print(
+            f"Wrote {verify_name} output to {os.path.abspath(dump_name)} ({desc.dtype.value} raw, "
+            f"{desc.layout} {'x'.join(map(str, desc.lens))})",
+            file=out,
+        )
     if not values["verify"]:
         return True
     ref = reference(problem, host, values["verification_cache"])

@@ -102,8 +102,9 @@ def test_compiles_for_sm90(path: Path, dtype: int):
         assert cubin[:4] == b"\x7fELF", f"{path.name} {options}: not an ELF cubin"
         assert len(cubin) > 1000
         if names:  # extern "C" kernels keep their names in the ELF symbol table
-            assert any(name.encode() in cubin for name in names), \
+            assert any(name.encode() in cubin for name in names), (
                 f"{path.name} {options}: none of the kernels {names}"
+            )
 
 
 def test_compile_error_carries_log():
@@ -117,8 +118,10 @@ def test_compile_error_carries_log():
 def test_defines_and_includes_reach_the_compiler():
     from miopy.backends.cuda import compile_cubin
 
-    src = ('#include "common/miopy_types.h"\n#if MIOPY_DTYPE != 2 || FOO != 7\n#error defines lost\n#endif\n'
-           "KERNEL void k(GLOBAL data_t* p) { STORE(p, GLOBAL_ID0, LOAD(p, 0) + 1.0f); }\n")
+    src = (
+        '#include "common/miopy_types.h"\n#if MIOPY_DTYPE != 2 || FOO != 7\n#error defines lost\n#endif\n'
+        "KERNEL void k(GLOBAL data_t* p) { STORE(p, GLOBAL_ID0, LOAD(p, 0) + 1.0f); }\n"
+    )
     assert compile_cubin(src, "t.cu", ["-DMIOPY_DTYPE=2", "-DFOO=7"])[:4] == b"\x7fELF"
 
 
@@ -135,11 +138,18 @@ def test_module_import_is_cheap_and_safe():
     import subprocess
     import sys
 
-    code = ("import sys, miopy.backends.cuda as c\n"
-            "assert 'cupy' not in sys.modules\n"
-            "r = c.Backend.unavailable_reason()\n"
-            "print('REASON', r)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=KERNEL_ROOT.parent.parent)
+    code = (
+        "import sys, miopy.backends.cuda as c\n"
+        "assert 'cupy' not in sys.modules\n"
+        "r = c.Backend.unavailable_reason()\n"
+        "print('REASON', r)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=KERNEL_ROOT.parent.parent,
+    )
     assert out.returncode == 0, out.stderr
     assert "REASON" in out.stdout

@@ -16,8 +16,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cud
 
 TOL = {"fp32": 1.5e-6, "fp16": 8.2e-3, "bf16": 8.2e-3 * 8}
 DTYPES = ("fp32", "fp16", "bf16")
-NAIVE = {Direction.FORWARD: "ConvDirectNaiveFwd", Direction.BACKWARD_DATA: "ConvDirectNaiveBwd",
-         Direction.BACKWARD_WEIGHTS: "ConvDirectNaiveWrw"}
+NAIVE = {
+    Direction.FORWARD: "ConvDirectNaiveFwd",
+    Direction.BACKWARD_DATA: "ConvDirectNaiveBwd",
+    Direction.BACKWARD_WEIGHTS: "ConvDirectNaiveWrw",
+}
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +117,13 @@ def test_memory_roundtrip(handle):
 def test_launch_scalars_by_value(handle):
     """Pointers, int32, int64 and float32 arguments land with the right sizes, 2-D geometry too."""
     be = handle.backend
-    src = ('extern "C" __global__ void axpy(float* y, const float* x, float a, int n, long long off,'
-           ' int cols) {\n'
-           '  long long i = (long long)(blockIdx.y * blockDim.y + threadIdx.y) * cols'
-           ' + blockIdx.x * blockDim.x + threadIdx.x;\n'
-           '  if (i < n) y[i] = a * x[i] + (float)(off >> 32);\n}\n')
+    src = (
+        'extern "C" __global__ void axpy(float* y, const float* x, float a, int n, long long off,'
+        " int cols) {\n"
+        "  long long i = (long long)(blockIdx.y * blockDim.y + threadIdx.y) * cols"
+        " + blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) y[i] = a * x[i] + (float)(off >> 32);\n}\n"
+    )
     kernel = be.load(be.build(src, "axpy.cu", []), "axpy")
     n = 16 * 8
     x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
@@ -249,8 +254,9 @@ def test_zero_copy_torch(dtype):
         "import test_cuda_runtime as t\n"
         f"print('OK', t.torch_check({dtype!r}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         cwd=here.parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=here.parent.parent
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     if out.stdout.startswith("SKIP"):
         pytest.skip(out.stdout.strip())
@@ -291,9 +297,27 @@ def test_gemm(handle, dtype, trans_a, trans_b, batch):
     a_st, b_st = to_storage(a_vals, dt), to_storage(b_vals, dt)
     sentinel = to_storage(np.full(c_off + batch * sc, 123.0, np.float32), dt)
     ab, bb, cb = be.upload(a_st), be.upload(b_st), be.upload(sentinel)
-    be.gemm(dt, trans_a, trans_b, m, n, k, ab, a_off, lda, bb, b_off, ldb, cb, c_off, ldc,
-            batch=batch, stride_a=sa if batch > 1 else 0, stride_b=sb if batch > 1 else 0,
-            stride_c=sc if batch > 1 else 0)
+    be.gemm(
+        dt,
+        trans_a,
+        trans_b,
+        m,
+        n,
+        k,
+        ab,
+        a_off,
+        lda,
+        bb,
+        b_off,
+        ldb,
+        cb,
+        c_off,
+        ldc,
+        batch=batch,
+        stride_a=sa if batch > 1 else 0,
+        stride_b=sb if batch > 1 else 0,
+        stride_c=sc if batch > 1 else 0,
+    )
     c_st = np.empty_like(sentinel)
     be.download(cb, c_st)
     a64 = from_storage(a_st, dt).astype(np.float64)
@@ -301,12 +325,12 @@ def test_gemm(handle, dtype, trans_a, trans_b, batch):
     c_all = from_storage(c_st, dt).astype(np.float64)
     touched = np.zeros(c_all.shape, bool)
     for i in range(batch):
-        a = a64[a_off + i * sa:][:a_rows * lda].reshape(a_rows, lda)[:, :a_cols]
-        b = b64[b_off + i * sb:][:b_rows * ldb].reshape(b_rows, ldb)[:, :b_cols]
+        a = a64[a_off + i * sa :][: a_rows * lda].reshape(a_rows, lda)[:, :a_cols]
+        b = b64[b_off + i * sb :][: b_rows * ldb].reshape(b_rows, ldb)[:, :b_cols]
         ref = (a.T if trans_a else a) @ (b.T if trans_b else b)
         start = c_off + i * sc
-        got = c_all[start:start + m * ldc].reshape(m, ldc)[:, :n]
-        touched[start:start + m * ldc].reshape(m, ldc)[:, :n] = True
+        got = c_all[start : start + m * ldc].reshape(m, ldc)[:, :n]
+        touched[start : start + m * ldc].reshape(m, ldc)[:, :n] = True
         tol = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
         assert rms_range(got, ref) < tol, f"batch {i}: error {rms_range(got, ref)}"
     assert np.all(c_all[~touched] == 123.0), "GEMM wrote outside C"
@@ -326,8 +350,9 @@ def test_time_ms(handle):
     be = handle.backend
     a = be.upload(np.ones(256 * 256, np.float32))
     c = be.alloc(256 * 256 * 4)
-    times = be.time_ms(lambda: be.gemm(DataType.FP32, False, False, 256, 256, 256, a, 0, 256, a, 0, 256,
-                                       c, 0, 256), 3)
+    times = be.time_ms(
+        lambda: be.gemm(DataType.FP32, False, False, 256, 256, 256, a, 0, 256, a, 0, 256, c, 0, 256), 3
+    )
     assert len(times) == 3 and all(t > 0 for t in times)
     problem = make_problem("3d", "fp32", "F")
     sol = solution_for(handle, problem)

@@ -151,8 +151,15 @@ def test_gemm_1x1_solvers(handle, layout):
     rng = np.random.default_rng(3)
     for n, groups, dtype in ((3, 1, "fp32"), (1, 2, "fp16"), (2, 3, "bf16")):
         for direction in "FBW":
-            problem = make(dtype, (n, 6, 4, 5), (6, 6 // groups, 1, 1), direction, (layout,) * 3,
-                           pads=(0, 0), groups=groups)
+            problem = make(
+                dtype,
+                (n, 6, 4, 5),
+                (6, 6 // groups, 1, 1),
+                direction,
+                (layout,) * 3,
+                pads=(0, 0),
+                groups=groups,
+            )
             solver = the_gemm_solver(handle, problem)
             # an NCHW batch of several images cannot fold into one reduction: Universal sums it
             expect_1x1 = not (direction == "W" and layout == "NCHW" and n > 1)
@@ -165,11 +172,28 @@ def test_gemm_1x1_solvers(handle, layout):
 def test_gemm_depthwise_dilated_strided_3d(handle):
     rng = np.random.default_rng(4)
     for direction in "FBW":
-        dw = make("fp32", (2, 4, 9, 8), (4, 1, 3, 3), direction, ("NHWC",) * 3, pads=(2, 1),
-                  strides=(2, 1), dilations=(2, 2), groups=4)
+        dw = make(
+            "fp32",
+            (2, 4, 9, 8),
+            (4, 1, 3, 3),
+            direction,
+            ("NHWC",) * 3,
+            pads=(2, 1),
+            strides=(2, 1),
+            dilations=(2, 2),
+            groups=4,
+        )
         check(handle, dw, the_gemm_solver(handle, dw), rng)
-        d3 = make("fp32", (2, 4, 3, 5, 6), (4, 2, 2, 3, 1), direction, ("NCDHW", "NDHWC", "NDHWC"),
-                  pads=(1, 0, 1), strides=(1, 2, 1), groups=2)
+        d3 = make(
+            "fp32",
+            (2, 4, 3, 5, 6),
+            (4, 2, 2, 3, 1),
+            direction,
+            ("NCDHW", "NDHWC", "NDHWC"),
+            pads=(1, 0, 1),
+            strides=(1, 2, 1),
+            groups=2,
+        )
         check(handle, d3, the_gemm_solver(handle, d3), rng)
 
 
@@ -211,8 +235,28 @@ class NumpyGemmBackend(OpenCLBackend):
     has_vendor_gemm = True
     calls = 0
 
-    def gemm(self, dtype, trans_a, trans_b, m, n, k, a, a_offset, lda, b, b_offset, ldb, c, c_offset,
-             ldc, batch=1, stride_a=0, stride_b=0, stride_c=0):
+    def gemm(
+        self,
+        dtype,
+        trans_a,
+        trans_b,
+        m,
+        n,
+        k,
+        a,
+        a_offset,
+        lda,
+        b,
+        b_offset,
+        ldb,
+        c,
+        c_offset,
+        ldc,
+        batch=1,
+        stride_a=0,
+        stride_b=0,
+        stride_c=0,
+    ):
         type(self).calls += 1
         dtype = DataType.parse(dtype)
 
@@ -254,12 +298,25 @@ def vendor_handle(handle):
 
 def test_gemm_vendor_path(vendor_handle):
     rng = np.random.default_rng(7)
-    problems = [
-        make("fp32", (2, 6, 7, 9), (6, 3, 3, 2), d, ("NCHW", "NHWC", "NCHW"), pads=(1, 0), strides=(2, 1),
-             dilations=(1, 2), groups=2) for d in "FBW"
-    ] + [make("fp16", (3, 4, 5, 5), (6, 4, 1, 1), d, ("NHWC",) * 3, pads=(0, 0)) for d in "FBW"] + [
-        make("bf16", (2, 4, 5, 5), (4, 2, 1, 1), d, pads=(0, 0), groups=2) for d in "FBW"
-    ] + [make("fp16", (2, 3, 2, 4, 5), (2, 3, 2, 2, 2), d, ("NCDHW",) * 3, pads=(1, 0, 1)) for d in "FBW"]
+    problems = (
+        [
+            make(
+                "fp32",
+                (2, 6, 7, 9),
+                (6, 3, 3, 2),
+                d,
+                ("NCHW", "NHWC", "NCHW"),
+                pads=(1, 0),
+                strides=(2, 1),
+                dilations=(1, 2),
+                groups=2,
+            )
+            for d in "FBW"
+        ]
+        + [make("fp16", (3, 4, 5, 5), (6, 4, 1, 1), d, ("NHWC",) * 3, pads=(0, 0)) for d in "FBW"]
+        + [make("bf16", (2, 4, 5, 5), (4, 2, 1, 1), d, pads=(0, 0), groups=2) for d in "FBW"]
+        + [make("fp16", (2, 3, 2, 4, 5), (2, 3, 2, 2, 2), d, ("NCDHW",) * 3, pads=(1, 0, 1)) for d in "FBW"]
+    )
     used = set()
     for problem in problems:
         solver = the_gemm_solver(vendor_handle, problem)
@@ -322,8 +379,9 @@ def test_applicability_reasons(handle):
         strided = ConvProblem.create(x, w, ConvDesc((1, 1)), direction).conv_view()
         for solver in ALL:
             reason = solver.is_applicable(handle, strided)
-            assert reason is not None and ("x is not packed" in reason or "direction" in reason
-                                           or "1x1" in reason)
+            assert reason is not None and (
+                "x is not packed" in reason or "direction" in reason or "1x1" in reason
+            )
     tiny = SimpleNamespace(info=DeviceInfo("tiny", "tiny", 1, "", max_work_group_size=128), backend=None)
     assert "work-group" in GemmFwdRest().is_applicable(tiny, p3)
 

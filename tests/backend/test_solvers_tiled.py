@@ -65,8 +65,9 @@ def check(handle, problem: ConvProblem, rng: np.random.Generator, config=None) -
 
 
 def fake_ctx(max_work_group_size=1024, local_mem_size=49152):
-    info = DeviceInfo("fake", "fake", 1, "", max_work_group_size=max_work_group_size,
-                      local_mem_size=local_mem_size)
+    info = DeviceInfo(
+        "fake", "fake", 1, "", max_work_group_size=max_work_group_size, local_mem_size=local_mem_size
+    )
     return SimpleNamespace(info=info, backend=None)
 
 
@@ -100,10 +101,17 @@ def test_tiled_random_problems(handle, dtype):
             c = k = g = int(rng.integers(2, 6))  # depthwise
         layouts = [str(rng.choice(["NCHW", "NHWC"])) for _ in range(3)]
         try:
-            problem = make(dtype, (int(rng.integers(1, 3)), c, *rng.integers(3, 12, 2)),
-                           (k, c // g, *rng.integers(1, 4, 2)), "F", layouts,
-                           pads=tuple(rng.integers(0, 3, 2)), strides=tuple(rng.integers(1, 3, 2)),
-                           dilations=tuple(rng.integers(1, 3, 2)), groups=g)
+            problem = make(
+                dtype,
+                (int(rng.integers(1, 3)), c, *rng.integers(3, 12, 2)),
+                (k, c // g, *rng.integers(1, 4, 2)),
+                "F",
+                layouts,
+                pads=tuple(rng.integers(0, 3, 2)),
+                strides=tuple(rng.integers(1, 3, 2)),
+                dilations=tuple(rng.integers(1, 3, 2)),
+                groups=g,
+            )
         except ValueError:
             continue
         check(handle, problem, rng)
@@ -115,8 +123,17 @@ def test_tiled_strided_tensors_and_same_padding(handle):
     x = TensorDesc("fp32", (2, 3, 6, 7), strides=(200, 60, 9, 1))  # padded rows and channels
     w = TensorDesc("fp32", (4, 3, 3, 3), strides=(40, 12, 3, 1))
     check(handle, ConvProblem.create(x, w, ConvDesc((1, 1), (1, 2)), "F", y_strides=(300, 70, 10, 2)), rng)
-    same = make("fp16", (2, 6, 8, 7), (6, 1, 2, 3), "F", ("NHWC",) * 3, pads=(0, 0), strides=(2, 2),
-                groups=6, pad_mode="same")
+    same = make(
+        "fp16",
+        (2, 6, 8, 7),
+        (6, 1, 2, 3),
+        "F",
+        ("NHWC",) * 3,
+        pads=(0, 0),
+        strides=(2, 2),
+        groups=6,
+        pad_mode="same",
+    )
     check(handle, same, rng)
 
 
@@ -147,9 +164,11 @@ def test_tiled_largest_blocks_run(handle):
     rng = np.random.default_rng(27)
     problem = make("fp32", (1, 20, 9, 33), (34, 20, 3, 3), pads=(1, 1))
     ran = 0
-    for config in ({"tile_h": 4, "tile_w": 32, "tile_k": 32, "out_w": 4, "out_k": 4, "c_block": 8},
-                   {"tile_h": 1, "tile_w": 1, "tile_k": 1, "out_w": 1, "out_k": 1, "c_block": 1},
-                   {"tile_h": 16, "tile_w": 16, "tile_k": 1, "out_w": 1, "out_k": 1, "c_block": 16}):
+    for config in (
+        {"tile_h": 4, "tile_w": 32, "tile_k": 32, "out_w": 4, "out_k": 4, "c_block": 8},
+        {"tile_h": 1, "tile_w": 1, "tile_k": 1, "out_w": 1, "out_k": 1, "c_block": 1},
+        {"tile_h": 16, "tile_w": 16, "tile_k": 1, "out_w": 1, "out_k": 1, "c_block": 16},
+    ):
         if SOLVER.is_valid_config(handle, problem.conv_view(), config):
             check(handle, problem, rng, config)
             ran += 1
@@ -187,13 +206,27 @@ def test_is_valid_config_rejects_garbage(handle):
     view_ = SMALL[1].conv_view()
     good = SOLVER.default_config(handle, view_)
     assert SOLVER.is_valid_config(handle, view_, good)
-    bad_values = [None, [], "tile_h=4", 42, {}, list(good.items()), {**good, "extra": 1},
-                  {k: v for k, v in good.items() if k != "c_block"}]
+    bad_values = [
+        None,
+        [],
+        "tile_h=4",
+        42,
+        {},
+        list(good.items()),
+        {**good, "extra": 1},
+        {k: v for k, v in good.items() if k != "c_block"},
+    ]
     for field in FIELDS:
-        bad_values += [{**good, field: str(good[field])}, {**good, field: float(good[field])},
-                       {**good, field: True}, {**good, field: None}, {**good, field: 0},
-                       {**good, field: -good[field]}, {**good, field: 3},
-                       {**good, field: max(DOMAIN[field]) * 2}]
+        bad_values += [
+            {**good, field: str(good[field])},
+            {**good, field: float(good[field])},
+            {**good, field: True},
+            {**good, field: None},
+            {**good, field: 0},
+            {**good, field: -good[field]},
+            {**good, field: 3},
+            {**good, field: max(DOMAIN[field]) * 2},
+        ]
     bad_values += [{**good, "tile_w": 2, "out_w": 4}, {**good, "tile_k": 1, "out_k": 2}]
     for config in bad_values:
         assert not SOLVER.is_valid_config(handle, view_, config), config
@@ -225,8 +258,9 @@ def test_get_solution_uses_the_config(handle):
 # ---- applicability -----------------------------------------------------------------------------
 def test_applicability(handle):
     for direction in "BW":
-        reason = SOLVER.is_applicable(handle, make("fp32", (1, 3, 5, 5), (2, 3, 3, 3), direction,
-                                                   pads=(1, 1)).conv_view())
+        reason = SOLVER.is_applicable(
+            handle, make("fp32", (1, 3, 5, 5), (2, 3, 3, 3), direction, pads=(1, 1)).conv_view()
+        )
         assert reason is not None and "direction" in reason
     p3 = make("fp32", (1, 2, 3, 4, 4), (2, 2, 1, 3, 3), "F", ("NCDHW",) * 3, pads=(0, 1, 1))
     assert "3-d" in SOLVER.is_applicable(handle, p3.conv_view())

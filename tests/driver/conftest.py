@@ -33,8 +33,11 @@ def drive(capsys):
     def run(*argv: str) -> tuple[int, list[str], list[str]]:
         rc = main([str(a) for a in argv])
         captured = capsys.readouterr()
-        err = [line for line in captured.err.splitlines()
-               if line.strip() and not line.startswith("miopy WARNING")]
+        err = [
+            line
+            for line in captured.err.splitlines()
+            if line.strip() and not line.startswith("miopy WARNING")
+        ]
         return rc, captured.out.splitlines(), err
 
     return run

@@ -15,20 +15,44 @@ def _problem(argv, direction="F", dtype="FP32"):
 
 
 SHORT_LONG = [
-    ("-n", "--batchsize", "3"), ("-c", "--in_channels", "6"), ("-H", "--in_h", "11"), ("-W", "--in_w", "9"),
-    ("-k", "--out_channels", "4"), ("-y", "--fil_h", "3"), ("-x", "--fil_w", "2"), ("-p", "--pad_h", "1"),
-    ("-q", "--pad_w", "2"), ("-u", "--conv_stride_h", "2"), ("-v", "--conv_stride_w", "1"),
-    ("-l", "--dilation_h", "2"), ("-j", "--dilation_w", "1"), ("-g", "--group_count", "2"),
-    ("-I", "--in_layout", "NHWC"), ("-O", "--out_layout", "NHWC"), ("-f", "--fil_layout", "NHWC"),
+    ("-n", "--batchsize", "3"),
+    ("-c", "--in_channels", "6"),
+    ("-H", "--in_h", "11"),
+    ("-W", "--in_w", "9"),
+    ("-k", "--out_channels", "4"),
+    ("-y", "--fil_h", "3"),
+    ("-x", "--fil_w", "2"),
+    ("-p", "--pad_h", "1"),
+    ("-q", "--pad_w", "2"),
+    ("-u", "--conv_stride_h", "2"),
+    ("-v", "--conv_stride_w", "1"),
+    ("-l", "--dilation_h", "2"),
+    ("-j", "--dilation_w", "1"),
+    ("-g", "--group_count", "2"),
+    ("-I", "--in_layout", "NHWC"),
+    ("-O", "--out_layout", "NHWC"),
+    ("-f", "--fil_layout", "NHWC"),
     ("-F", "--forw", "2"),
 ]
 
 SHORT_LONG_3D = [
-    ("-n", "--batchsize", "2"), ("-c", "--in_channels", "4"), ("-!", "--in_d", "7"), ("-H", "--in_h", "6"),
-    ("-W", "--in_w", "5"), ("-k", "--out_channels", "6"), ("-@", "--fil_d", "3"), ("-$", "--pad_d", "1"),
-    ("-#", "--conv_stride_d", "2"), ("-^", "--dilation_d", "1"), ("-%", "--trans_output_pad_d", "1"),
-    ("-Y", "--trans_output_pad_h", "0"), ("-X", "--trans_output_pad_w", "0"), ("-_", "--spatial_dim", "3"),
-    ("-m", "--mode", "trans"), ("-z", "--pad_mode", "default"), ("-g", "--group_count", "2"),
+    ("-n", "--batchsize", "2"),
+    ("-c", "--in_channels", "4"),
+    ("-!", "--in_d", "7"),
+    ("-H", "--in_h", "6"),
+    ("-W", "--in_w", "5"),
+    ("-k", "--out_channels", "6"),
+    ("-@", "--fil_d", "3"),
+    ("-$", "--pad_d", "1"),
+    ("-#", "--conv_stride_d", "2"),
+    ("-^", "--dilation_d", "1"),
+    ("-%", "--trans_output_pad_d", "1"),
+    ("-Y", "--trans_output_pad_h", "0"),
+    ("-X", "--trans_output_pad_w", "0"),
+    ("-_", "--spatial_dim", "3"),
+    ("-m", "--mode", "trans"),
+    ("-z", "--pad_mode", "default"),
+    ("-g", "--group_count", "2"),
 ]
 
 
@@ -70,15 +94,38 @@ def test_layouts_and_groups_reach_the_problem():
     p = _problem(["-n", "2", "-c", "6", "-k", "4", "-g", "2", "-I", "NHWC", "-f", "nhwc", "-O", "NCHW"])
     assert (p.x.layout, p.w.layout, p.y.layout) == ("NHWC", "NHWC", "NCHW")
     assert p.w.lens == (4, 3, 3, 3) and p.conv.groups == 2
-    t = _problem(["-n", "2", "-c", "6", "-H", "8", "-W", "8", "-k", "4", "-g", "2", "-m", "trans",
-                  "-u", "2", "-v", "2", "-Y", "1"])
+    t = _problem(
+        [
+            "-n",
+            "2",
+            "-c",
+            "6",
+            "-H",
+            "8",
+            "-W",
+            "8",
+            "-k",
+            "4",
+            "-g",
+            "2",
+            "-m",
+            "trans",
+            "-u",
+            "2",
+            "-v",
+            "2",
+            "-Y",
+            "1",
+        ]
+    )
     assert t.w.lens == (6, 2, 3, 3) and t.y.lens == (2, 4, 18, 17)
     s = _problem(["-H", "9", "-W", "8", "-z", "same", "-u", "2", "-v", "2"])
     assert s.y.lens[2:] == (5, 4) and s.conv.pad_mode == "same"
 
 
-@pytest.mark.parametrize("forw, expected", [(0, "FBW"), (1, "F"), (2, "B"), (3, "FB"), (4, "W"), (5, "FW"),
-                                            (6, "BW")])
+@pytest.mark.parametrize(
+    "forw, expected", [(0, "FBW"), (1, "F"), (2, "B"), (3, "FB"), (4, "W"), (5, "FW"), (6, "BW")]
+)
 def test_forw_selects_directions(forw, expected):
     assert [d.value for d in conv.directions(conv.parse(["-F", str(forw)]))] == list(expected)
 
@@ -125,8 +172,9 @@ def test_bad_parameters_give_one_line_naming_the_flag(drive, argv, flag):
     assert "Traceback" not in "\n".join(out + err)
 
 
-@pytest.mark.parametrize("argv", [["-b", "1"], ["-r", "1"], ["-Z", "1"], ["-L", "4"], ["-U", "0"],
-                                  ["-T", "1"], ["-R", "2"]])
+@pytest.mark.parametrize(
+    "argv", [["-b", "1"], ["-r", "1"], ["-Z", "1"], ["-L", "4"], ["-U", "0"], ["-T", "1"], ["-R", "2"]]
+)
 def test_unsupported_options_are_one_clear_line(drive, argv):
     rc, _, err = drive("conv", *argv)
     assert rc == 1 and len(err) == 1 and "not supported" in err[0] and argv[0] in err[0]

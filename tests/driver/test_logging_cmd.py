@@ -20,8 +20,9 @@ PREFIX = "miopy: Command [LogCmdConvolution] "
 def _problems(per_case: int = 4, seed: int = 3):
     """Random problems, ``per_case`` for every (dims, dtype, mode, pad mode, direction)."""
     rng = random.Random(seed)
-    cases = itertools.product((2, 3), ("FP32", "FP16", "BF16"), ("conv", "trans"),
-                              ("default", "same", "valid"), list(Direction))
+    cases = itertools.product(
+        (2, 3), ("FP32", "FP16", "BF16"), ("conv", "trans"), ("default", "same", "valid"), list(Direction)
+    )
     for dims, dtype, mode, pad_mode, direction in cases:
         made = 0
         while made < per_case:
@@ -61,8 +62,10 @@ def test_round_trip_many_problems():
     assert count == 4 * 2 * 3 * 2 * 3 * 3
 
 
-@pytest.mark.parametrize("dims, dtype, mode, direction", list(itertools.product(
-    (2, 3), ("FP32", "FP16", "BF16"), ("conv", "trans"), list(Direction))))
+@pytest.mark.parametrize(
+    "dims, dtype, mode, direction",
+    list(itertools.product((2, 3), ("FP32", "FP16", "BF16"), ("conv", "trans"), list(Direction))),
+)
 def test_round_trip_grid(dims, dtype, mode, direction):
     lay = "NDHWC" if dims == 3 else "NHWC"
     x = TensorDesc(dtype, (2, 6, *(7,) * dims), layout=lay)
@@ -77,8 +80,9 @@ def test_round_trip_grid(dims, dtype, mode, direction):
 
 
 def test_log_only_when_enabled(capsys, monkeypatch):
-    problem = conv.problem_from_args(["convfp16", "-n", "2", "-c", "4", "-H", "8", "-W", "8", "-k", "4",
-                                      "-F", "2", "-I", "NHWC"])
+    problem = conv.problem_from_args(
+        ["convfp16", "-n", "2", "-c", "4", "-H", "8", "-W", "8", "-k", "4", "-F", "2", "-I", "NHWC"]
+    )
     log_conv_command(problem)
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("MIOPY_ENABLE_LOGGING_CMD", "1")
@@ -93,8 +97,31 @@ def test_log_only_when_enabled(capsys, monkeypatch):
 @pytest.mark.usefixtures("opencl")
 def test_logged_command_runs_as_printed(drive, monkeypatch):
     monkeypatch.setenv("MIOPY_ENABLE_LOGGING_CMD", "1")
-    rc, _, err = drive("conv", "-n", "2", "-c", "4", "-H", "8", "-W", "8", "-k", "4", "-m", "trans",
-                       "-g", "2", "-u", "2", "-Y", "1", "-F", "1", "-i", "1")
+    rc, _, err = drive(
+        "conv",
+        "-n",
+        "2",
+        "-c",
+        "4",
+        "-H",
+        "8",
+        "-W",
+        "8",
+        "-k",
+        "4",
+        "-m",
+        "trans",
+        "-g",
+        "2",
+        "-u",
+        "2",
+        "-Y",
+        "1",
+        "-F",
+        "1",
+        "-i",
+        "1",
+    )
     assert rc == 0
     logged = [line.removeprefix(PREFIX) for line in err if line.startswith(PREFIX)]
     assert logged, err

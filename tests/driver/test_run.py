@@ -22,8 +22,9 @@ def _algorithm_lines(out):
     return [line for line in out if re.match(r"MIOpen .* Conv\. Algorithm: \d+, Solution: \d+/\w+$", line)]
 
 
-@pytest.mark.parametrize("forw, expected", [(0, "FBW"), (1, "F"), (2, "B"), (3, "FB"), (4, "W"), (5, "FW"),
-                                            (6, "BW")])
+@pytest.mark.parametrize(
+    "forw, expected", [(0, "FBW"), (1, "F"), (2, "B"), (3, "FB"), (4, "W"), (5, "FW"), (6, "BW")]
+)
 def test_each_forw_runs_and_verifies_its_directions(drive, forw, expected):
     rc, out, err = drive("conv", *SMALL, "-F", forw, "-i", "1")
     assert rc == 0, err
@@ -31,8 +32,9 @@ def test_each_forw_runs_and_verifies_its_directions(drive, forw, expected):
     algos = _algorithm_lines(out)
     assert [next(d for d, name in RUN.items() if f" {name} " in line) for line in algos] == list(expected)
     ok = [line for line in out if "Verifies OK on CPU reference" in line]
-    assert [next(d for d, name in VERIFY.items() if line.startswith(name + " Verifies")) for line in ok] \
-        == list(expected)
+    assert [
+        next(d for d, name in VERIFY.items() if line.startswith(name + " Verifies")) for line in ok
+    ] == list(expected)
     for line in ok:
         err_v, tol = map(float, re.search(r"\((\S+) < (\S+)\)$", line).groups())
         assert err_v < tol
@@ -43,8 +45,9 @@ def test_time_prints_kernel_time_and_stats(drive):
     assert rc == 0
     i = next(i for i, line in enumerate(out) if line.startswith("GPU Kernel Time Forward Conv. Elapsed: "))
     assert re.fullmatch(r"GPU Kernel Time Forward Conv\. Elapsed: \d+\.\d{6} ms \(average\)", out[i])
-    assert out[i + 1] == ("stats: name, n, c, ho, wo, x, y, k, flopCnt, bytesRead, bytesWritten, GFLOPs, "
-                          "GB/s, timeMs")
+    assert out[i + 1] == (
+        "stats: name, n, c, ho, wo, x, y, k, flopCnt, bytesRead, bytesWritten, GFLOPs, GB/s, timeMs"
+    )
     fields = [f.strip() for f in out[i + 2].removeprefix("stats: ").split(",")]
     p = conv.problem_from_args(["conv", *SMALL, "-p", "1", "-q", "1", "-F", "1"])
     assert fields[:8] == ["fwd-conv3x3u1", "2", "4", "8", "8", "3", "3", "4"]
@@ -55,8 +58,9 @@ def test_time_prints_kernel_time_and_stats(drive):
 
 
 def test_backward_stats_names_and_wall_clock(drive):
-    rc, out, _ = drive("conv", *SMALL, "-u", "2", "-v", "2", "-F", "6", "-t", "1", "-w", "2", "-i", "2",
-                       "-V", "0")
+    rc, out, _ = drive(
+        "conv", *SMALL, "-u", "2", "-v", "2", "-F", "6", "-t", "1", "-w", "2", "-i", "2", "-V", "0"
+    )
     assert rc == 0
     assert any(line.startswith("stats: bwdd-conv3x3u2, ") for line in out)
     assert any(line.startswith("stats: bwdw-conv3x3u2, ") for line in out)
@@ -76,18 +80,31 @@ def test_half_types(drive, sub):
     assert f"< {2 * base:g})" in next(line for line in out if line.startswith("Backward Convolution Weights"))
 
 
-@pytest.mark.parametrize("extra", [
-    ["-m", "trans", "-u", "2", "-v", "2", "-Y", "1", "-X", "1"],
-    ["-m", "trans", "-g", "2", "-p", "1", "-q", "1", "-l", "2"],
-    ["-g", "4", "-p", "1", "-q", "1"],  # depthwise
-    ["-I", "NHWC", "-O", "NHWC", "-f", "NHWC", "-u", "2", "-j", "2"],
-    ["-I", "NHWC", "-f", "NCHW", "-O", "NHWC", "-z", "same", "-u", "2", "-v", "2", "-y", "2"],
-    ["-z", "valid", "-x", "1"],
-    ["-_", "3", "-!", "5", "-@", "2", "-$", "1", "-#", "2", "-^", "1"],
-    ["--spatial_dim", "3", "--in_d", "4", "-I", "NDHWC", "-O", "NDHWC", "-f", "NDHWC", "-g", "2"],
-    ["-_", "3", "-!", "4", "-m", "trans", "-#", "2", "-%", "1", "-u", "2", "-Y", "1"],
-], ids=["trans-opad", "trans-groups-dil", "depthwise", "nhwc", "mixed-layouts-same", "valid", "3d",
-        "3d-ndhwc", "3d-trans"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["-m", "trans", "-u", "2", "-v", "2", "-Y", "1", "-X", "1"],
+        ["-m", "trans", "-g", "2", "-p", "1", "-q", "1", "-l", "2"],
+        ["-g", "4", "-p", "1", "-q", "1"],  # depthwise
+        ["-I", "NHWC", "-O", "NHWC", "-f", "NHWC", "-u", "2", "-j", "2"],
+        ["-I", "NHWC", "-f", "NCHW", "-O", "NHWC", "-z", "same", "-u", "2", "-v", "2", "-y", "2"],
+        ["-z", "valid", "-x", "1"],
+        ["-_", "3", "-!", "5", "-@", "2", "-$", "1", "-#", "2", "-^", "1"],
+        ["--spatial_dim", "3", "--in_d", "4", "-I", "NDHWC", "-O", "NDHWC", "-f", "NDHWC", "-g", "2"],
+        ["-_", "3", "-!", "4", "-m", "trans", "-#", "2", "-%", "1", "-u", "2", "-Y", "1"],
+    ],
+    ids=[
+        "trans-opad",
+        "trans-groups-dil",
+        "depthwise",
+        "nhwc",
+        "mixed-layouts-same",
+        "valid",
+        "3d",
+        "3d-ndhwc",
+        "3d-trans",
+    ],
+)
 def test_problem_variants_verify(drive, extra):
     rc, out, err = drive("conv", *SMALL, *extra, "-i", "1")
     assert rc == 0, (out, err)
@@ -126,8 +143,22 @@ def test_data_files_and_dump(drive, tmp_path):
     np.save(tmp_path / "x.npy", x)  # logical shape
     wflat = rng.standard_normal(p.w.element_space).astype(np.float32)
     wflat.tofile(tmp_path / "w.bin")  # raw, stored order
-    rc, out, _ = drive("conv", *SMALL, "-I", "NHWC", "-F", "1", "-d", tmp_path / "x.npy", "-e",
-                       tmp_path / "w.bin", "-o", "1", "-i", "1")
+    rc, out, _ = drive(
+        "conv",
+        *SMALL,
+        "-I",
+        "NHWC",
+        "-F",
+        "1",
+        "-d",
+        tmp_path / "x.npy",
+        "-e",
+        tmp_path / "w.bin",
+        "-o",
+        "1",
+        "-i",
+        "1",
+    )
     assert rc == 0
     assert any("dump_fwd_out_gpu.bin" in line for line in out)
     dumped = np.fromfile(tmp_path / "dump_fwd_out_gpu.bin", dtype=np.float32)

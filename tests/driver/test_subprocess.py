@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(*argv: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "miopy.driver", *argv], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "miopy.driver", *argv], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.mark.usefixtures("opencl")

@@ -32,11 +32,13 @@ MAX_THREADS = 256
 SEARCH_MAX_OUTPUTS = 8  # per work item: more spills registers on most GPUs
 # Tried in order by default_config, each first shrunk to the problem. The first was the fastest of
 # an eighth of the search space on a 3x3 ResNet layer (H100, 1.6x the next one here).
-_PREFERRED = ({"tile_h": 8, "tile_w": 8, "tile_k": 16, "out_w": 4, "out_k": 1, "c_block": 8},
-              {"tile_h": 4, "tile_w": 16, "tile_k": 8, "out_w": 2, "out_k": 2, "c_block": 4},
-              {"tile_h": 2, "tile_w": 16, "tile_k": 4, "out_w": 2, "out_k": 2, "c_block": 2},
-              {"tile_h": 1, "tile_w": 8, "tile_k": 2, "out_w": 1, "out_k": 1, "c_block": 1},
-              {"tile_h": 1, "tile_w": 1, "tile_k": 1, "out_w": 1, "out_k": 1, "c_block": 1})
+_PREFERRED = (
+    {"tile_h": 8, "tile_w": 8, "tile_k": 16, "out_w": 4, "out_k": 1, "c_block": 8},
+    {"tile_h": 4, "tile_w": 16, "tile_k": 8, "out_w": 2, "out_k": 2, "c_block": 4},
+    {"tile_h": 2, "tile_w": 16, "tile_k": 4, "out_w": 2, "out_k": 2, "c_block": 2},
+    {"tile_h": 1, "tile_w": 8, "tile_k": 2, "out_w": 1, "out_k": 1, "c_block": 1},
+    {"tile_h": 1, "tile_w": 1, "tile_k": 1, "out_w": 1, "out_k": 1, "c_block": 1},
+)
 
 
 def _pow2_at_least(v: int) -> int:
@@ -97,8 +99,12 @@ class ConvDirectTiledFwd(TunableSolver):
         cg = problem.x.lens[1] // problem.conv.groups
         kg = problem.w.lens[0] // problem.conv.groups
         # shrink the preferred shapes to the problem: no block much larger than what it covers
-        caps = {"tile_h": _pow2_at_least(ho), "tile_w": _pow2_at_least(wo), "tile_k": _pow2_at_least(kg),
-                "c_block": _pow2_at_least(cg)}
+        caps = {
+            "tile_h": _pow2_at_least(ho),
+            "tile_w": _pow2_at_least(wo),
+            "tile_k": _pow2_at_least(kg),
+            "c_block": _pow2_at_least(cg),
+        }
         for preferred in _PREFERRED:
             config = {key: min(value, caps.get(key, value)) for key, value in preferred.items()}
             config["out_w"] = min(config["out_w"], config["tile_w"])
@@ -115,11 +121,19 @@ class ConvDirectTiledFwd(TunableSolver):
         _, _, ho, wo = problem.y.lens
         cg = problem.x.lens[1] // problem.conv.groups
         kg = problem.w.lens[0] // problem.conv.groups
-        caps = {"tile_h": min(8, max(4, _pow2_at_least(ho))), "tile_w": max(4, _pow2_at_least(wo)),
-                "tile_k": min(16, max(4, _pow2_at_least(kg))), "c_block": min(8, max(2, _pow2_at_least(cg))),
-                "out_w": 4, "out_k": 4}
-        floors = {"tile_w": min(8, _pow2_at_least(wo)), "tile_k": min(4, _pow2_at_least(kg)),
-                  "c_block": min(2, _pow2_at_least(cg))}
+        caps = {
+            "tile_h": min(8, max(4, _pow2_at_least(ho))),
+            "tile_w": max(4, _pow2_at_least(wo)),
+            "tile_k": min(16, max(4, _pow2_at_least(kg))),
+            "c_block": min(8, max(2, _pow2_at_least(cg))),
+            "out_w": 4,
+            "out_k": 4,
+        }
+        floors = {
+            "tile_w": min(8, _pow2_at_least(wo)),
+            "tile_k": min(4, _pow2_at_least(kg)),
+            "c_block": min(2, _pow2_at_least(cg)),
+        }
         candidates = []
         for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
             config = dict(zip(FIELDS, values))
@@ -145,13 +159,34 @@ class ConvDirectTiledFwd(TunableSolver):
         _, _, ho, wo = problem.y.lens
         g = problem.conv.groups
         defines: dict[str, Any] = {"MIOPY_DTYPE": problem.dtype.code}
-        values = (n, c, k, g, hi, wi, ho, wo, fy, fx, *problem.pads, *problem.conv.strides,
-                  *problem.conv.dilations, *problem.x.strides, *problem.w.strides, *problem.y.strides)
+        values = (
+            n,
+            c,
+            k,
+            g,
+            hi,
+            wi,
+            ho,
+            wo,
+            fy,
+            fx,
+            *problem.pads,
+            *problem.conv.strides,
+            *problem.conv.dilations,
+            *problem.x.strides,
+            *problem.w.strides,
+            *problem.y.strides,
+        )
         names = ("N C K G HI WI HO WO Y X PH PW SH SW DH DW XN XC XH XW WK WC WY WX YN YK YH YW").split()
         defines.update({f"CT_{name}": int(v) for name, v in zip(names, values)})
         defines.update({f"CT_{f.upper()}": config[f] for f in FIELDS})
-        tiles = (math.ceil(wo / config["tile_w"]) * math.ceil(ho / config["tile_h"])
-                 * math.ceil(k // g / config["tile_k"]) * g * n)
+        tiles = (
+            math.ceil(wo / config["tile_w"])
+            * math.ceil(ho / config["tile_h"])
+            * math.ceil(k // g / config["tile_k"])
+            * g
+            * n
+        )
         local = threads(config)
         spec = KernelSpec("conv_tiled", "conv_tiled_fwd", defines, (tiles * local,), (local,))
 

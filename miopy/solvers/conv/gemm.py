@@ -83,8 +83,14 @@ class GemmPlan:
             else:
                 continue
             zero = {f"s{level}": 0}
-            p = replace(p, **folded, a=replace(p.a, **zero), b=replace(p.b, **zero),
-                        c=replace(p.c, **zero), **{f"batch{level}": 1})
+            p = replace(
+                p,
+                **folded,
+                a=replace(p.a, **zero),
+                b=replace(p.b, **zero),
+                c=replace(p.c, **zero),
+                **{f"batch{level}": 1},
+            )
         return p
 
     def transposed(self) -> GemmPlan:
@@ -131,9 +137,27 @@ def run_vendor_gemm(backend, dtype: DataType, plan: GemmPlan, bufs: dict[str, An
     for i in range(getattr(p, f"batch{outer}")):
         off = [o.offset + i * getattr(o, f"s{outer}") for o in (p.a, p.b, p.c)]
         sa, sb, sc = (getattr(o, f"s{inner}") if count > 1 else 0 for o in (p.a, p.b, p.c))
-        backend.gemm(dtype, trans_a, trans_b, p.m, p.n, p.k, bufs[p.a.role], off[0], lda,
-                     bufs[p.b.role], off[1], ldb, bufs[p.c.role], off[2], ldc, batch=count,
-                     stride_a=sa, stride_b=sb, stride_c=sc)
+        backend.gemm(
+            dtype,
+            trans_a,
+            trans_b,
+            p.m,
+            p.n,
+            p.k,
+            bufs[p.a.role],
+            off[0],
+            lda,
+            bufs[p.b.role],
+            off[1],
+            ldb,
+            bufs[p.c.role],
+            off[2],
+            ldc,
+            batch=count,
+            stride_a=sa,
+            stride_b=sb,
+            stride_c=sc,
+        )
 
 
 def _tile(extent: int) -> int:
@@ -145,12 +169,20 @@ def _tile(extent: int) -> int:
 def gemm_spec(dtype: DataType, plans: list[GemmPlan]) -> KernelSpec:
     """Our GEMM kernel for ``plans`` (they share operand types)."""
     first = plans[0]
-    return KernelSpec("gemm", "gemm_strided", {
-        "MIOPY_DTYPE": dtype.code,
-        "GEMM_TM": _tile(max(p.m for p in plans)),
-        "GEMM_TN": _tile(max(p.n for p in plans)),
-        "GEMM_A_F32": int(first.a.f32), "GEMM_B_F32": int(first.b.f32), "GEMM_C_F32": int(first.c.f32),
-    }, (GEMM_THREADS,), (GEMM_THREADS,))
+    return KernelSpec(
+        "gemm",
+        "gemm_strided",
+        {
+            "MIOPY_DTYPE": dtype.code,
+            "GEMM_TM": _tile(max(p.m for p in plans)),
+            "GEMM_TN": _tile(max(p.n for p in plans)),
+            "GEMM_A_F32": int(first.a.f32),
+            "GEMM_B_F32": int(first.b.f32),
+            "GEMM_C_F32": int(first.c.f32),
+        },
+        (GEMM_THREADS,),
+        (GEMM_THREADS,),
+    )
 
 
 def gemm_args(plan: GemmPlan, bufs: dict[str, Any]) -> list[Any]:
@@ -213,13 +245,29 @@ class Dims:
         g = p.conv.groups
         r = math.prod(p.w.lens[2:])
         xs, ws, ys = p.x.strides5(), p.w.strides5(), p.y.strides5()
-        return cls(n, c, k, g, c // g, k // g, r, (c // g) * r, math.prod(p.y.lens[2:]),
-                   xs[0], xs[1], xs[4], ws[0], ws[1], ys[0], ys[1], ys[4])
+        return cls(
+            n,
+            c,
+            k,
+            g,
+            c // g,
+            k // g,
+            r,
+            (c // g) * r,
+            math.prod(p.y.lens[2:]),
+            xs[0],
+            xs[1],
+            xs[4],
+            ws[0],
+            ws[1],
+            ys[0],
+            ys[1],
+            ys[4],
+        )
 
 
 def _is_1x1_0_1(p: ConvProblem) -> bool:
-    return (all(v == 1 for v in p.w.lens[2:]) and all(v == 1 for v in p.conv.strides)
-            and not any(p.pads))
+    return all(v == 1 for v in p.w.lens[2:]) and all(v == 1 for v in p.conv.strides) and not any(p.pads)
 
 
 def _col_strides(d: Dims, nb: int) -> tuple[int, int, int, int]:
@@ -308,12 +356,14 @@ class _GemmSolver(Solver):
 
             return invoke
 
-        return Solution(self.name, self.algorithm, problem, specs, work.workspace, factory,
-                        extra={"vendor_gemm": vendor})
+        return Solution(
+            self.name, self.algorithm, problem, specs, work.workspace, factory, extra={"vendor_gemm": vendor}
+        )
 
 
-def _plan(m: int, n: int, k: int, a: Operand, b: Operand, c: Operand, batch0: int = 1,
-          batch1: int = 1) -> GemmPlan:
+def _plan(
+    m: int, n: int, k: int, a: Operand, b: Operand, c: Operand, batch0: int = 1, batch1: int = 1
+) -> GemmPlan:
     return GemmPlan(m, n, k, a, b, c, batch0, batch1).merged()
 
 
@@ -321,8 +371,9 @@ def _im2col(problem: ConvProblem, d: Dims, n0: int, count: int, nb: int) -> Laun
     """im2col of images n0 .. n0+count-1 into a column workspace sized for ``nb`` images."""
     spec = KernelSpec("im2col", "im2col", {"MIOPY_DTYPE": problem.dtype.code})
     col = [np.int64(v) for v in (0, *_col_strides(d, nb))]
-    return Launch(spec, ("x", "ws", *col, np.int32(n0), np.int32(count), *shape_args(problem)),
-                  count * d.c * d.r * d.p)
+    return Launch(
+        spec, ("x", "ws", *col, np.int32(n0), np.int32(count), *shape_args(problem)), count * d.c * d.r * d.p
+    )
 
 
 # ---- forward -------------------------------------------------------------------------------------
@@ -337,10 +388,16 @@ class GemmFwd1x1_0_1(_GemmSolver):
         return None if _is_1x1_0_1(problem) else "not a 1x1 filter with stride 1 and no padding"
 
     def _steps(self, problem, d, own):
-        plan = _plan(d.kg, d.p, d.cg,
-                     Operand("w", 0, d.wk, d.wc, 0, d.kg * d.wk),
-                     Operand("x", 0, d.xc, d.xo, d.xn, d.cg * d.xc),
-                     Operand("y", 0, d.yk, d.yo, d.yn, d.kg * d.yk), d.n, d.g)
+        plan = _plan(
+            d.kg,
+            d.p,
+            d.cg,
+            Operand("w", 0, d.wk, d.wc, 0, d.kg * d.wk),
+            Operand("x", 0, d.xc, d.xo, d.xn, d.cg * d.xc),
+            Operand("y", 0, d.yk, d.yo, d.yn, d.kg * d.yk),
+            d.n,
+            d.g,
+        )
         return Work(0, [plan])
 
 
@@ -362,10 +419,18 @@ class GemmFwdRest(_GemmSolver):
         for n0 in range(0, d.n, nb):
             count = min(nb, d.n - n0)
             work.steps.append(_im2col(problem, d, n0, count, nb))
-            work.steps.append(_plan(d.kg, d.p, d.j,
-                                    Operand("w", 0, d.wk, 1, 0, d.kg * d.wk),
-                                    Operand("ws", 0, cs_j, 1, cs_n, cs_g),
-                                    Operand("y", n0 * d.yn, d.yk, d.yo, d.yn, d.kg * d.yk), count, d.g))
+            work.steps.append(
+                _plan(
+                    d.kg,
+                    d.p,
+                    d.j,
+                    Operand("w", 0, d.wk, 1, 0, d.kg * d.wk),
+                    Operand("ws", 0, cs_j, 1, cs_n, cs_g),
+                    Operand("y", n0 * d.yn, d.yk, d.yo, d.yn, d.kg * d.yk),
+                    count,
+                    d.g,
+                )
+            )
         return work
 
 
@@ -381,10 +446,16 @@ class GemmBwd1x1_stride1(_GemmSolver):
         return None if _is_1x1_0_1(problem) else "not a 1x1 filter with stride 1 and no padding"
 
     def _steps(self, problem, d, own):
-        plan = _plan(d.cg, d.p, d.kg,
-                     Operand("w", 0, d.wc, d.wk, 0, d.kg * d.wk),
-                     Operand("y", 0, d.yk, d.yo, d.yn, d.kg * d.yk),
-                     Operand("x", 0, d.xc, d.xo, d.xn, d.cg * d.xc), d.n, d.g)
+        plan = _plan(
+            d.cg,
+            d.p,
+            d.kg,
+            Operand("w", 0, d.wc, d.wk, 0, d.kg * d.wk),
+            Operand("y", 0, d.yk, d.yo, d.yn, d.kg * d.yk),
+            Operand("x", 0, d.xc, d.xo, d.xn, d.cg * d.xc),
+            d.n,
+            d.g,
+        )
         return Work(0, [plan])
 
 
@@ -406,17 +477,32 @@ class GemmBwdRest(_GemmSolver):
         nb = _chunk(d, itemsize)
         strides = _col_strides(d, nb)
         cs_g, cs_n, cs_j, _ = strides
-        col2im = KernelSpec("im2col", "col2im",
-                            {"MIOPY_DTYPE": problem.dtype.code, "IM2COL_COL_F32": int(f32)})
+        col2im = KernelSpec(
+            "im2col", "col2im", {"MIOPY_DTYPE": problem.dtype.code, "IM2COL_COL_F32": int(f32)}
+        )
         work = Work(d.c * d.r * d.p * nb * itemsize)
         for n0 in range(0, d.n, nb):
             count = min(nb, d.n - n0)
-            work.steps.append(_plan(d.j, d.p, d.kg,
-                                    Operand("w", 0, 1, d.wk, 0, d.kg * d.wk),
-                                    Operand("y", n0 * d.yn, d.yk, d.yo, d.yn, d.kg * d.yk),
-                                    Operand("ws", 0, cs_j, 1, cs_n, cs_g, f32=f32), count, d.g))
-            args = ("ws", "x", *(np.int64(v) for v in (0, *strides)), np.int32(n0), np.int32(count),
-                    *shape_args(problem))
+            work.steps.append(
+                _plan(
+                    d.j,
+                    d.p,
+                    d.kg,
+                    Operand("w", 0, 1, d.wk, 0, d.kg * d.wk),
+                    Operand("y", n0 * d.yn, d.yk, d.yo, d.yn, d.kg * d.yk),
+                    Operand("ws", 0, cs_j, 1, cs_n, cs_g, f32=f32),
+                    count,
+                    d.g,
+                )
+            )
+            args = (
+                "ws",
+                "x",
+                *(np.int64(v) for v in (0, *strides)),
+                np.int32(n0),
+                np.int32(count),
+                *shape_args(problem),
+            )
             work.steps.append(Launch(col2im, args, count * d.c * math.prod(problem.x.lens[2:])))
         return work
 
@@ -444,10 +530,16 @@ class GemmWrw1x1_stride1(_GemmSolver):
         return None
 
     def _steps(self, problem, d, own):
-        plan = _plan(d.kg, d.cg, d.n * d.p,
-                     Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk),
-                     Operand("x", 0, d.xo, d.xc, 0, d.cg * d.xc),
-                     Operand("w", 0, d.wk, d.wc, 0, d.kg * d.wk), 1, d.g)
+        plan = _plan(
+            d.kg,
+            d.cg,
+            d.n * d.p,
+            Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk),
+            Operand("x", 0, d.xo, d.xc, 0, d.cg * d.xc),
+            Operand("w", 0, d.wk, d.wc, 0, d.kg * d.wk),
+            1,
+            d.g,
+        )
         return Work(0, [plan])
 
 
@@ -473,17 +565,37 @@ class GemmWrwUniversal(_GemmSolver):
         work.steps.append(_im2col(problem, d, 0, d.n, d.n))
         if pack:
             spec = KernelSpec("im2col", "copy3d", {"MIOPY_DTYPE": problem.dtype.code})
-            args = ("y", "ws", np.int64(col_elems), *(np.int32(v) for v in (d.n, d.k, d.p)),
-                    *(np.int64(v) for v in (d.yn, d.yk, d.yo, d.p, d.n * d.p, 1)))
+            args = (
+                "y",
+                "ws",
+                np.int64(col_elems),
+                *(np.int32(v) for v in (d.n, d.k, d.p)),
+                *(np.int64(v) for v in (d.yn, d.yk, d.yo, d.p, d.n * d.p, 1)),
+            )
             work.steps.append(Launch(spec, args, d.n * d.k * d.p))
             dy = Operand("ws", col_elems, d.n * d.p, 1, 0, d.kg * d.n * d.p)
         else:
             dy = Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk)
-        work.steps.append(_plan(d.kg, d.j, d.n * d.p, dy,
-                                Operand("ws", 0, 1, cs_j, 0, cs_g),
-                                Operand("w", 0, d.wk, 1, 0, d.kg * d.wk), 1, d.g))
+        work.steps.append(
+            _plan(
+                d.kg,
+                d.j,
+                d.n * d.p,
+                dy,
+                Operand("ws", 0, 1, cs_j, 0, cs_g),
+                Operand("w", 0, d.wk, 1, 0, d.kg * d.wk),
+                1,
+                d.g,
+            )
+        )
         return work
 
 
-GEMM_SOLVERS = [GemmFwd1x1_0_1(), GemmFwdRest(), GemmBwd1x1_stride1(), GemmBwdRest(),
-                GemmWrw1x1_stride1(), GemmWrwUniversal()]
+GEMM_SOLVERS = [
+    GemmFwd1x1_0_1(),
+    GemmFwdRest(),
+    GemmBwd1x1_stride1(),
+    GemmBwdRest(),
+    GemmWrw1x1_stride1(),
+    GemmWrwUniversal(),
+]
