@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import threading
@@ -215,12 +216,10 @@ def _unavailable_reason() -> str | None:
     cp, why = _cupy_or_reason()
     if cp is None:
         return why
-    try:
-        nvrtc_version()
-    except BackendUnavailable as exc:
-        return str(exc)
-    except Exception as exc:
-        return f"NVRTC cannot be loaded ({exc}); pip install nvidia-cuda-nvrtc"
+    # Only look for NVRTC here: loading it is a side effect (NVIDIA's OpenCL miscompiles beside it),
+    # and the library itself is loaded when a cuda Backend is made.
+    if importlib.util.find_spec("cuda.bindings") is None:
+        return "cuda-bindings is not installed; pip install 'miopy[cuda]'"
     try:
         count = cp.cuda.runtime.getDeviceCount()
     except Exception as exc:  # no driver, or a driver that refuses (CUDARuntimeError)
