@@ -37,6 +37,10 @@ _HEADERS_HINT = "pip install nvidia-cuda-runtime (the CUDA 13 headers), or set C
 
 
 # ---- NVRTC: usable without a GPU or CuPy --------------------------------------------------------
+# Set once this process has compiled with NVRTC: NVIDIA's OpenCL then miscompiles (see opencl.py).
+nvrtc_compiled = False
+
+
 def _nvrtc():
     try:
         from cuda.bindings import nvrtc
@@ -148,6 +152,8 @@ def _compile(source: str, filename: str, options: list[str], arch: str) -> bytes
     (prog,) = _check(
         nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], []), "nvrtcCreateProgram"
     )
+    global nvrtc_compiled
+    nvrtc_compiled = True
     try:
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         text = _program_log(prog)

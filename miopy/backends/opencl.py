@@ -6,6 +6,7 @@ has no cl_khr_fp16. PyOpenCL's own binary cache is bypassed: ours is the only on
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -47,13 +48,10 @@ def _arch(device) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")[:40]
 
 
-def _nvrtc_loaded() -> bool:
-    """Is NVRTC mapped into this process (by the cuda backend, CuPy, ...)?"""
-    try:
-        with open("/proc/self/maps") as maps:
-            return "libnvrtc" in maps.read()
-    except OSError:
-        return False
+def _nvrtc_used() -> bool:
+    """Has this process compiled with NVRTC through the cuda backend?"""
+    cuda = sys.modules.get("miopy.backends.cuda")
+    return bool(getattr(cuda, "nvrtc_compiled", False))
 
 
 class Backend(BackendBase):
@@ -129,11 +127,12 @@ class Backend(BackendBase):
 
     # ---- kernels ------------------------------------------------------------------------------
     def build(self, source: str, filename: str, options: list[str]) -> bytes:
-        if self._nvidia and _nvrtc_loaded():
-            # Seen on an H100 with CUDA 13: after NVRTC is loaded, NVIDIA's OpenCL compiler still
-            # builds, but some kernels then compute wrong results. A clear error beats that.
+        if self._nvidia and _nvrtc_used():
+            # Seen on an H100 with CUDA 13: once NVRTC (cuda-bindings) has compiled in the process,
+            # NVIDIA's OpenCL still builds, but some kernels then compute wrong results. Merely
+            # loading NVRTC, or CuPy's own use of it, did no harm. A clear error beats wrong results.
             raise CompileError(
-                f"{filename}: NVIDIA's OpenCL miscompiles once NVRTC is loaded in the same "
+                f"{filename}: NVIDIA's OpenCL miscompiles once NVRTC has compiled in the same "
                 "process; use MIOPY_BACKEND=cuda here, or OpenCL in a process of its own"
             )
         try:
