@@ -50,7 +50,9 @@ def test_eight_processes_find_and_tune_on_one_user_db(isolated):
         os.environ,
         MIOPY_FIND_MODE="NORMAL",
         MIOPY_FIND_ENFORCE="SEARCH_DB_UPDATE",
-        PYTHONPATH=str(Path(__file__).parents[2]),
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH")])
+        ),
         POCL_KERNEL_CACHE="1",
     )
     procs = [
