@@ -13,13 +13,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import support
 
-from miopy import backends
 from miopy.backends.base import DeviceInfo
 from miopy.backends.opencl import Backend as OpenCLBackend
-from miopy.handle import Handle
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
-from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
 from miopy.solvers import CONV_SOLVERS
 from miopy.solvers.conv import gemm
 from miopy.solvers.conv.gemm import (
@@ -42,21 +40,11 @@ PAIRS = {  # direction -> (the 1x1 solver, the general one): exactly one applies
     Direction.BACKWARD_WEIGHTS: (GemmWrw1x1_stride1(), GemmWrwUniversal()),
 }
 ALL = [s for pair in PAIRS.values() for s in pair]
-TOL = {"FP32": 1.5e-6, "FP16": 8.2e-3, "BF16": 8.2e-3 * 8}
 
 
-# ---- helpers (kept here: tests/ helpers belong to their owners) ----------------------------------
 @pytest.fixture(scope="module")
-def handle():
-    why = backends.unavailable_reason("opencl")
-    if why is not None:
-        pytest.skip(f"opencl unavailable: {why}")
-    return Handle("opencl")
-
-
-def tolerance(problem: ConvProblem) -> float:
-    tol = TOL[problem.dtype.value]
-    return 2 * tol if problem.direction is Direction.BACKWARD_WEIGHTS else tol
+def handle(ocl):
+    return ocl
 
 
 def solve(handle, problem: ConvProblem, solver):
@@ -70,21 +58,7 @@ def solve(handle, problem: ConvProblem, solver):
 
 
 def check(handle, problem: ConvProblem, solver, rng: np.random.Generator) -> float:
-    """Run ``solver`` on random data (the output starts as NaN) and compare with the reference."""
-    solution = solve(handle, problem, solver)
-    descs = {"x": problem.x, "w": problem.w, "y": problem.y}
-    bufs = {}
-    for role, desc in descs.items():
-        values = rng.uniform(-1, 1, desc.lens).astype(np.float32)
-        if role == problem.output_role:
-            values[...] = np.nan
-        bufs[role] = store_logical(values, desc)
-    expected = conv_reference_buffers(problem, bufs)
-    solution.run(handle, bufs)
-    got = from_storage(view(bufs[problem.output_role], descs[problem.output_role]), problem.dtype)
-    err = rms_range(got, expected)
-    assert err < tolerance(problem), f"{solver.name} on {problem.key()}: error {err}"
-    return err
+    return support.check(handle, solve(handle, problem, solver), rng)
 
 
 def make(dtype, xlens, wlens, direction="F", layouts=("NCHW",) * 3, **conv) -> ConvProblem:

@@ -11,28 +11,21 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import support
 
-from miopy import backends
 from miopy.backends.base import DeviceInfo
 from miopy.errors import BadParm
-from miopy.handle import Handle
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
-from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.direct_tiled import DOMAIN, FIELDS, ConvDirectTiledFwd, local_bytes, threads
-from miopy.tensor import TensorDesc, from_storage
+from miopy.tensor import TensorDesc
 
 SOLVER = ConvDirectTiledFwd()
-TOL = {"FP32": 1.5e-6, "FP16": 8.2e-3, "BF16": 8.2e-3 * 8}
 
 
-# ---- helpers (kept here: tests/ helpers belong to their owners) ----------------------------------
 @pytest.fixture(scope="module")
-def handle():
-    why = backends.unavailable_reason("opencl")
-    if why is not None:
-        pytest.skip(f"opencl unavailable: {why}")
-    return Handle("opencl")
+def handle(ocl):
+    return ocl
 
 
 def make(dtype, xlens, wlens, direction="F", layouts=("NCHW",) * 3, **conv) -> ConvProblem:
@@ -49,19 +42,7 @@ def check(handle, problem: ConvProblem, rng: np.random.Generator, config=None) -
     solution.problem = problem
     assert solution.config == (config or SOLVER.default_config(handle, view_))
     assert solution.workspace == 0
-    descs = {"x": problem.x, "w": problem.w, "y": problem.y}
-    bufs = {}
-    for role, desc in descs.items():
-        values = rng.uniform(-1, 1, desc.lens).astype(np.float32)
-        if role == problem.output_role:
-            values[...] = np.nan
-        bufs[role] = store_logical(values, desc)
-    expected = conv_reference_buffers(problem, bufs)
-    solution.run(handle, bufs)
-    got = from_storage(view(bufs[problem.output_role], descs[problem.output_role]), problem.dtype)
-    err = rms_range(got, expected)
-    assert err < TOL[problem.dtype.value], f"{config} on {problem.key()}: error {err}"
-    return err
+    return support.check(handle, solution, rng)
 
 
 def fake_ctx(max_work_group_size=1024, local_mem_size=49152):
