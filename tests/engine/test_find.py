@@ -261,3 +261,43 @@ def test_every_convolution_call_logs_its_driver_command(handle, monkeypatch, cap
     monkeypatch.delenv("MIOPY_ENABLE_LOGGING_CMD")
     get_solutions(handle, problem)
     assert "[LogCmdConvolution]" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_find_survives_a_corrupt_user_db(handle, isolated, monkeypatch, caplog, damage):
+    monkeypatch.setenv("MIOPY_FIND_MODE", "HYBRID")
+    first = find_solutions(handle, small())
+    handle.find_db.close()
+    handle.perf_db.close()
+    (udb,) = (isolated / "db").glob("*.udb")
+    assert not list(udb.parent.glob(udb.name + "-*"))  # closed: the WAL is folded in
+    data = udb.read_bytes()
+    damaged = b"this is not a database" * 64 if damage == "garbage" else data[: len(data) // 2]
+    udb.write_bytes(damaged)
+    logging.getLogger("miopy").propagate = True
+    try:
+        with caplog.at_level(logging.WARNING, logger="miopy"):
+            again = find_solutions(Handle("opencl"), small())
+    finally:
+        logging.getLogger("miopy").propagate = False
+    assert [s.solver for s in again] and {s.solver for s in again} == {s.solver for s in first}
+    (aside,) = (isolated / "db").glob("*.corrupt-*")  # moved aside once, as it was
+    assert aside.read_bytes() == damaged
+    assert len({r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()}) == 1
+    before = benchmarks()
+    find_solutions(Handle("opencl"), small())  # the recreated DB holds the new record
+    assert benchmarks() == before
+
+
+def test_find_without_a_writable_db_dir(isolated, monkeypatch):
+    blocker = isolated / "not-a-dir"
+    blocker.write_text("a file where the DB folder should be")
+    monkeypatch.setenv("MIOPY_USER_DB_PATH", str(blocker / "db"))
+    monkeypatch.setenv("MIOPY_CUSTOM_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setenv("MIOPY_FIND_MODE", "HYBRID")
+    h = Handle("opencl")
+    found = find_solutions(h, small())
+    check(h, found[0])
+    before = benchmarks()
+    find_solutions(h, small())  # nothing was persisted: HYBRID finds again
+    assert benchmarks() > before
