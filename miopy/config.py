@@ -12,17 +12,6 @@ VERSION = "0.1.0"
 
 FIND_MODES = {"NORMAL": 1, "FAST": 2, "HYBRID": 3, "DYNAMIC_HYBRID": 5}
 FIND_ENFORCE = {"NONE": 1, "DB_UPDATE": 2, "SEARCH": 3, "SEARCH_DB_UPDATE": 4, "DB_CLEAN": 5}
-# MIOpen's numeric log levels (miopen::LoggingLevel).
-LOG_LEVELS = {
-    0: "Default",
-    1: "Quiet",
-    2: "Fatal",
-    3: "Error",
-    4: "Warning",
-    5: "Info",
-    6: "Info2",
-    7: "Trace",
-}
 
 
 def _env(name: str) -> str | None:

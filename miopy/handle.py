@@ -125,10 +125,6 @@ class Handle:
                 self._invokers[key] = invoker
         return invoker
 
-    def invoker_cached(self, solution: Solution) -> bool:
-        key = (solution.problem.network_config(), solution.solver, solution.config_key())
-        return key in self._invokers
-
     # ---- buffers ----------------------------------------------------------------------------------
     def buffer(self, obj: Any, nbytes: int, field: str) -> tuple[Any, np.ndarray | None]:
         """(device buffer, host array to copy back into or None) for a user tensor argument.

@@ -29,6 +29,7 @@ from miopy.errors import BadParm, NotImplementedStatus
 from miopy.logging_cmd import SUBCOMMAND
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.solvers.base import ALGORITHM_IDS
 from miopy.tensor import LAYOUTS_2D, LAYOUTS_3D, DataType, TensorDesc, from_storage, to_storage
 
 _log = log.get("miopy.driver")
@@ -89,7 +90,6 @@ _BY_LONG = {f.long: f for f in FLAGS}
 
 FORW = {0: "FBW", 1: "F", 2: "B", 3: "FB", 4: "W", 5: "FW", 6: "BW"}
 FORW_OF = {Direction.FORWARD: 1, Direction.BACKWARD_DATA: 2, Direction.BACKWARD_WEIGHTS: 4}
-ALGORITHM_IDS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
 # run label, verify label, stats prefix, dump file
 _NAMES = {
     Direction.FORWARD: ("Forward Conv.", "Forward Convolution", "fwd-conv", "dump_fwd_out_gpu.bin"),

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from miopy.problem.conv import ConvProblem
     from miopy.solution import Solution
 
-ALGORITHMS = ("gemm", "direct", "fft", "winograd", "implicit_gemm")
+# Algorithm families and MIOpen's miopenConvAlgorithm_t numbers for them.
+ALGORITHM_IDS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
 
 
 class Solver:
@@ -22,7 +23,6 @@ class Solver:
     algorithm: ClassVar[str]
     dynamic: ClassVar[bool] = False  # shapes are run-time arguments: no compile per shape
     tunable: ClassVar[bool] = False
-    wti: ClassVar[float] = -2.0  # MIOpen's work-time-index heuristic; higher ranks first in immediate mode
 
     def is_applicable(self, ctx: Handle, problem: ConvProblem) -> str | None:
         """None when applicable, else the reason it is not (logged at debug level)."""
