@@ -74,7 +74,9 @@ class Solution:
 
     def run(self, handle: Handle, tensors: dict[str, Any], workspace: Any = None) -> None:
         """Run on ``tensors`` = {"x": .., "w": .., "y": ..} (NumPy arrays, device arrays or buffers)."""
-        handle.run_solution(self, tensors, workspace)
+        from miopy.engine.candidates import check_handle
+
+        check_handle(handle).run_solution(self, tensors, workspace)
 
     def __repr__(self) -> str:
         t = f", {self.time_ms:.4f} ms" if self.time_ms is not None else ""

@@ -120,6 +120,8 @@ class TensorDesc:
         for name, value in zip("NCDHW" if len(lens) == 5 else "NCHW", lens):
             if value <= 0:
                 raise bad(f"lens[{name}]", value, "must be positive")
+        if layout is not None and not isinstance(layout, str):
+            raise bad("layout", layout, "expected a layout name such as NCHW or NHWC")
         if strides is not None:
             try:
                 strides = tuple(int(v) for v in strides)

@@ -25,6 +25,8 @@ def unavailable_reason(name: str) -> str | None:
 
 
 def create(name: str = "auto", device: int = 0) -> Backend:
+    if not isinstance(device, int) or isinstance(device, bool):
+        raise bad("device", device, "expected a device index (an integer)")
     if name == "auto":
         reasons = []
         for candidate in NAMES:

@@ -6,11 +6,18 @@ from typing import Any
 
 from miopy import config, log
 from miopy.errors import BadParm
+from miopy.handle import Handle
 from miopy.problem.conv import ConvProblem
 from miopy.solution import Solution
 from miopy.solvers import CONV_SOLVERS, Solver, by_name
 
 _log = log.get("miopy.engine")
+
+
+def check_handle(handle: Any) -> Handle:
+    if not isinstance(handle, Handle):
+        raise BadParm(f"handle={type(handle).__name__}: expected a miopy Handle")
+    return handle
 
 
 def check_problem(problem: Any) -> ConvProblem:

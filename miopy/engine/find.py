@@ -12,7 +12,7 @@ from typing import Any
 from miopy import config, log
 from miopy.db.find_db import FindRecord
 from miopy.engine import bench, tune
-from miopy.engine.candidates import applicable, check_problem, make_solution, resolve_solver
+from miopy.engine.candidates import applicable, check_handle, check_problem, make_solution, resolve_solver
 from miopy.errors import BadParm, InternalError, MiopyError
 from miopy.logging_cmd import log_conv_command
 from miopy.problem.conv import ConvProblem
@@ -118,6 +118,7 @@ def find_solutions(
 ) -> list[Solution]:
     """Ranked solutions for ``problem`` (Find 2.0). ``tensors`` (optional) are used to time on
     real data; they are copied, never modified."""
+    check_handle(handle)
     problem = check_problem(problem)
     options = FindOptions() if options is None else options
     if not isinstance(options, FindOptions):
@@ -148,6 +149,7 @@ def _immediate_fallback(handle, problem: ConvProblem) -> list[Solution]:
 
 def get_solutions(handle, problem: ConvProblem) -> list[Solution]:
     """Immediate mode: the find DB's ranking when there is one, else the registry order; no timing."""
+    check_handle(handle)
     problem = check_problem(problem)
     log_conv_command(problem)
     return _from_find_db(handle, problem) or _immediate_fallback(handle, problem)
@@ -155,12 +157,14 @@ def get_solutions(handle, problem: ConvProblem) -> list[Solution]:
 
 def compile_solution(handle, solution: Solution) -> Solution:
     """Build the solution's kernels (through the kernel cache) and its invoker."""
+    check_handle(handle)
     handle.prepare_invoker(solution)
     return solution
 
 
 def solution_for(handle, problem: ConvProblem, solver: str | int, config: dict | None = None) -> Solution:
     """Immediate mode with one named solver (or id); BadParm says why it cannot run."""
+    check_handle(handle)
     problem = check_problem(problem)
     found = resolve_solver(handle, problem, solver)
     log_conv_command(problem, found.id)

@@ -190,6 +190,8 @@ class ConvProblem:
         pads=None,
     ):
         lens, resolved = self._output(x, w, conv)
+        if not isinstance(y, TensorDesc):
+            raise bad("y", type(y).__name__, "expected a TensorDesc")
         if tuple(y.lens) != lens:
             raise bad("y.lens", y.lens, f"expected {lens} for this input, filter and convolution")
         if pads is not None and tuple(pads) != resolved:
@@ -210,6 +212,9 @@ class ConvProblem:
 
     @staticmethod
     def _output(x: TensorDesc, w: TensorDesc, conv: ConvDesc) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        for name, value, kind in (("x", x, TensorDesc), ("w", w, TensorDesc), ("conv", conv, ConvDesc)):
+            if not isinstance(value, kind):
+                raise bad(name, type(value).__name__, f"expected a {kind.__name__}")
         dims = conv.spatial_dims
         if x.spatial_dims != dims:
             raise bad("x.lens", x.lens, f"a {dims}-d convolution needs a {dims + 2}-d input")
@@ -328,6 +333,8 @@ class ConvProblem:
     @classmethod
     def parse(cls, key: str) -> ConvProblem:
         """Inverse of ``key()``; a malformed key raises BadParm naming the key."""
+        if not isinstance(key, str):
+            raise bad("key", key, "expected a string")
         m = cls._KEY.match(key.strip())
         if not m:
             raise bad("key", key, "not a convolution problem key")

@@ -301,3 +301,12 @@ def test_find_without_a_writable_db_dir(isolated, monkeypatch):
     before = benchmarks()
     find_solutions(h, small())  # nothing was persisted: HYBRID finds again
     assert benchmarks() > before
+
+
+def test_api_rejects_a_wrong_handle(handle):
+    with pytest.raises(errors.BadParm, match="handle="):
+        find_solutions(None, small())
+    with pytest.raises(errors.BadParm, match="handle="):
+        get_solutions("opencl", small())
+    with pytest.raises(errors.BadParm, match="handle="):
+        get_solutions(handle, small())[0].run(object(), {})

@@ -202,3 +202,36 @@ def test_strided_tensors_round_trip_in_key():
 
 def test_datatype_parse_aliases():
     assert DataType.parse("half") is DataType.FP16 and DataType.parse("bfp16") is DataType.BF16
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: TensorDesc("fp32", (1, 2, 3, 4), layout=5), "layout"),
+        (lambda: ConvProblem.create("x", TensorDesc("fp32", (1, 2, 1, 1)), ConvDesc(), "F"), "x"),
+        (
+            lambda: ConvProblem.create(
+                TensorDesc("fp32", (1, 2, 3, 4)), TensorDesc("fp32", (1, 2, 1, 1)), "conv", "F"
+            ),
+            "conv",
+        ),
+        (
+            lambda: ConvProblem(
+                TensorDesc("fp32", (1, 2, 3, 4)), TensorDesc("fp32", (1, 2, 1, 1)), "y", ConvDesc(), "F"
+            ),
+            "y",
+        ),
+        (lambda: ConvProblem.parse(None), "key"),
+    ],
+)
+def test_wrong_types_raise_badparm(make, field):
+    with pytest.raises(errors.BadParm) as info:
+        make()
+    assert str(info.value).startswith(field + "=")
+
+
+def test_handle_device_must_be_an_index():
+    from miopy.handle import Handle
+
+    with pytest.raises(errors.BadParm, match="device="):
+        Handle("opencl", device="a")
