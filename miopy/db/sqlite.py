@@ -38,6 +38,20 @@ class _Corrupt(Exception):
     pass
 
 
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: BEGIN IMMEDIATE, COMMIT on success (if still open), ROLLBACK on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def warn_path(path: Path, kind: str, message: str) -> None:
     """Warn once per process for ``kind`` of trouble with ``path``, whatever the details say."""
     if (kind, str(path)) not in _warned:
@@ -143,15 +157,9 @@ class SqliteFile:
 
     @staticmethod
     def _transaction(conn: sqlite3.Connection, statements: Sequence[Statement]) -> bool:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(conn):
             for sql, params in statements:
                 conn.execute(sql, params)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         return True
 
     def _retry_busy(self, step: Callable[[], _T]) -> _T:
@@ -283,12 +291,11 @@ class SqliteFile:
             return True
 
         def migrate() -> bool:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 conn.execute("CREATE TABLE IF NOT EXISTS meta (component TEXT PRIMARY KEY, version INTEGER)")
                 found = self._version(conn)
                 if found is not None and found > self.schema_version:
-                    conn.execute("ROLLBACK")
+                    conn.execute("ROLLBACK")  # nothing to keep; _immediate sees no transaction
                     warn_path(
                         self.path,
                         "version",
@@ -314,11 +321,6 @@ class SqliteFile:
                 conn.execute(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)", (self.component, self.schema_version)
                 )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
             return True
 
         return self._retry_busy(migrate)
