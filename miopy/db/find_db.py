@@ -12,9 +12,11 @@ from miopy.db.sqlite import SqliteFile
 
 _log = log.get("miopy.db")
 
-SCHEMA_VERSION = 1
+# Version 2 added the primitive to the key; version 1 rows were all convolutions and are converted.
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS find_db (
+    primitive TEXT NOT NULL,
     problem_key TEXT NOT NULL,
     rank INTEGER NOT NULL,
     solver TEXT NOT NULL,
@@ -23,9 +25,21 @@ CREATE TABLE IF NOT EXISTS find_db (
     algorithm TEXT NOT NULL,
     params TEXT,
     version TEXT NOT NULL,
-    PRIMARY KEY (problem_key, rank)
+    PRIMARY KEY (primitive, problem_key, rank)
 );
 """
+MIGRATIONS = {
+    1: """
+ALTER TABLE find_db RENAME TO find_db_v1;
+"""
+    + SCHEMA
+    + """;
+INSERT INTO find_db (primitive, problem_key, rank, solver, time_ms, workspace, algorithm, params, version)
+    SELECT 'conv', problem_key, rank, solver, time_ms, workspace, algorithm, params, version FROM find_db_v1;
+DROP TABLE find_db_v1;
+"""
+}
+_DELETE = "DELETE FROM find_db WHERE primitive = ? AND problem_key = ?"
 
 
 @dataclass
@@ -39,25 +53,27 @@ class FindRecord:
 
 class FindDb:
     def __init__(self, db_basename: str, backend_name: str):
-        self._user, self._system = udb_files(db_basename, backend_name, "find_db", SCHEMA, SCHEMA_VERSION)
+        self._user, self._system = udb_files(
+            db_basename, backend_name, "find_db", SCHEMA, SCHEMA_VERSION, MIGRATIONS
+        )
 
-    def load(self, problem_key: str) -> list[FindRecord] | None:
+    def load(self, problem_key: str, primitive: str = "conv") -> list[FindRecord] | None:
         """The ranked records, fastest first as stored, or None when neither file has the problem."""
         if config.disable_find_db():
             return None
         for db in (self._user, self._system):
-            records = self._load(db, problem_key)
+            records = self._load(db, primitive, problem_key)
             if records:
                 return records
         return None
 
-    def _load(self, db: SqliteFile, problem_key: str) -> list[FindRecord] | None:
+    def _load(self, db: SqliteFile, primitive: str, problem_key: str) -> list[FindRecord] | None:
         sql = (
-            "SELECT solver, time_ms, workspace, algorithm, params FROM find_db WHERE problem_key = ? "
-            "ORDER BY rank"
+            "SELECT solver, time_ms, workspace, algorithm, params FROM find_db "
+            "WHERE primitive = ? AND problem_key = ? ORDER BY rank"
         )
         records = []
-        for solver, time_ms, workspace, algorithm, params in db.query(sql, (problem_key,)):
+        for solver, time_ms, workspace, algorithm, params in db.query(sql, (primitive, problem_key)):
             solver_config = None
             if params is not None:
                 solver_config = load_json(params, f"{db.path}: find {problem_key} {solver}")
@@ -66,16 +82,14 @@ class FindDb:
             records.append(FindRecord(solver, float(time_ms), int(workspace), algorithm, solver_config))
         return records or None
 
-    def store(self, problem_key: str, records: list[FindRecord]) -> None:
+    def store(self, problem_key: str, records: list[FindRecord], primitive: str = "conv") -> None:
         """Replace the user list of the problem."""
         if config.disable_find_db():
             return
-        statements: list[tuple[str, tuple[Any, ...]]] = [
-            ("DELETE FROM find_db WHERE problem_key = ?", (problem_key,))
-        ]
+        statements: list[tuple[str, tuple[Any, ...]]] = [(_DELETE, (primitive, problem_key))]
         sql = (
-            "INSERT INTO find_db (problem_key, rank, solver, time_ms, workspace, algorithm, params, version) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO find_db (primitive, problem_key, rank, solver, time_ms, workspace, algorithm, "
+            "params, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         for rank, rec in enumerate(records):
             params = None
@@ -83,13 +97,13 @@ class FindDb:
                 params = dump_json(rec.config, f"find db {problem_key} {rec.solver}")
                 if params is None:
                     return
-            row = (problem_key, rank, rec.solver, float(rec.time_ms), int(rec.workspace), rec.algorithm)
-            statements.append((sql, (*row, params, config.VERSION)))
+            row = (primitive, problem_key, rank, rec.solver, float(rec.time_ms), int(rec.workspace))
+            statements.append((sql, (*row, rec.algorithm, params, config.VERSION)))
         self._user.write(statements)
 
-    def remove(self, problem_key: str) -> None:
+    def remove(self, problem_key: str, primitive: str = "conv") -> None:
         if not config.disable_find_db():
-            self._user.write([("DELETE FROM find_db WHERE problem_key = ?", (problem_key,))])
+            self._user.write([(_DELETE, (primitive, problem_key))])
 
     def close(self) -> None:
         self._user.close()

@@ -13,26 +13,45 @@ from miopy.db.sqlite import SqliteFile
 
 _log = log.get("miopy.db")
 
-SCHEMA_VERSION = 1
+# Version 2 added the primitive ("conv", "activ", "pool", ...) to the key; version 1 rows were all
+# convolutions and are converted in place.
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS perf_db (
+    primitive TEXT NOT NULL,
     problem_key TEXT NOT NULL,
     solver TEXT NOT NULL,
     params TEXT NOT NULL,
     version TEXT NOT NULL,
-    PRIMARY KEY (problem_key, solver)
+    PRIMARY KEY (primitive, problem_key, solver)
 );
 """
+MIGRATIONS = {
+    1: """
+ALTER TABLE perf_db RENAME TO perf_db_v1;
+"""
+    + SCHEMA
+    + """;
+INSERT INTO perf_db (primitive, problem_key, solver, params, version)
+    SELECT 'conv', problem_key, solver, params, version FROM perf_db_v1;
+DROP TABLE perf_db_v1;
+"""
+}
 
 
 def udb_files(
-    db_basename: str, backend_name: str, component: str, schema: str, version: int
+    db_basename: str,
+    backend_name: str,
+    component: str,
+    schema: str,
+    version: int,
+    migrations: dict[int, str] | None = None,
 ) -> tuple[SqliteFile, SqliteFile]:
     """(user, system) files of a DB kept in ``<base>.<backend>.udb`` and ``<base>.db``."""
     user = config.user_db_dir() / f"{db_basename}.{backend_name}.udb"
     system = config.system_db_dir() / f"{db_basename}.db"
     return (
-        SqliteFile(user, component, schema, version),
+        SqliteFile(user, component, schema, version, migrations=migrations),
         SqliteFile(system, component, schema, version, readonly=True),
     )
 
@@ -61,43 +80,51 @@ def load_json(text: str | None, what: str) -> dict[str, Any] | None:
 
 class PerfDb:
     def __init__(self, db_basename: str, backend_name: str):
-        self._user, self._system = udb_files(db_basename, backend_name, "perf_db", SCHEMA, SCHEMA_VERSION)
+        self._user, self._system = udb_files(
+            db_basename, backend_name, "perf_db", SCHEMA, SCHEMA_VERSION, MIGRATIONS
+        )
 
-    def _rows(self, db: SqliteFile, problem_key: str, solver: str | None) -> dict[str, dict[str, Any]]:
-        sql, params = "SELECT solver, params FROM perf_db WHERE problem_key = ?", [problem_key]
+    def _rows(
+        self, db: SqliteFile, primitive: str, problem_key: str, solver: str | None
+    ) -> dict[str, dict[str, Any]]:
+        sql = "SELECT solver, params FROM perf_db WHERE primitive = ? AND problem_key = ?"
+        params = [primitive, problem_key]
         if solver is not None:
             sql, params = sql + " AND solver = ?", params + [solver]
         found = {}
         for name, text in db.query(sql, params):
-            value = load_json(text, f"{db.path}: {problem_key} {name}")
+            value = load_json(text, f"{db.path}: {primitive} {problem_key} {name}")
             if value is not None:
                 found[name] = value
         return found
 
-    def load(self, problem_key: str, solver: str) -> dict[str, Any] | None:
+    def load(self, problem_key: str, solver: str, primitive: str = "conv") -> dict[str, Any] | None:
         for db in (self._user, self._system):
-            found = self._rows(db, problem_key, solver)
+            found = self._rows(db, primitive, problem_key, solver)
             if solver in found:
                 return found[solver]
         return None
 
-    def records(self, problem_key: str) -> dict[str, dict[str, Any]]:
+    def records(self, problem_key: str, primitive: str = "conv") -> dict[str, dict[str, Any]]:
         """Every solver's config for the problem, user records over system ones."""
-        return self._rows(self._system, problem_key, None) | self._rows(self._user, problem_key, None)
+        system = self._rows(self._system, primitive, problem_key, None)
+        return system | self._rows(self._user, primitive, problem_key, None)
 
-    def store(self, problem_key: str, solver: str, config: dict[str, Any]) -> None:
-        text = dump_json(config, f"perf db {problem_key} {solver}")
+    def store(self, problem_key: str, solver: str, config: dict[str, Any], primitive: str = "conv") -> None:
+        text = dump_json(config, f"perf db {primitive} {problem_key} {solver}")
         if text is not None:
-            sql = "INSERT OR REPLACE INTO perf_db (problem_key, solver, params, version) VALUES (?, ?, ?, ?)"
-            self._user.write([(sql, (problem_key, solver, text, _version()))])
+            sql = (
+                "INSERT OR REPLACE INTO perf_db (primitive, problem_key, solver, params, version) "
+                "VALUES (?, ?, ?, ?, ?)"
+            )
+            self._user.write([(sql, (primitive, problem_key, solver, text, _version()))])
 
-    def remove(self, problem_key: str, solver: str | None = None) -> None:
+    def remove(self, problem_key: str, solver: str | None = None, primitive: str = "conv") -> None:
         """Delete the user records of the problem (of one solver, if given); system ones stay."""
-        if solver is None:
-            self._user.write([("DELETE FROM perf_db WHERE problem_key = ?", (problem_key,))])
-        else:
-            sql = "DELETE FROM perf_db WHERE problem_key = ? AND solver = ?"
-            self._user.write([(sql, (problem_key, solver))])
+        sql, params = "DELETE FROM perf_db WHERE primitive = ? AND problem_key = ?", [primitive, problem_key]
+        if solver is not None:
+            sql, params = sql + " AND solver = ?", params + [solver]
+        self._user.write([(sql, params)])
 
     def close(self) -> None:
         self._user.close()

@@ -6,6 +6,7 @@ turns the object into a no-op (reads miss, writes are dropped), each with one wa
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
@@ -94,15 +95,40 @@ def _dir_lock(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    """Column names of ``table`` in order, [] when it does not exist."""
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()]
+
+
+@functools.cache
+def _schema_columns(schema_sql: str) -> dict[str, list[str]]:
+    """The columns each table of ``schema_sql`` has when freshly created."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(schema_sql)
+        names = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql, re.IGNORECASE)
+        return {name: _columns(conn, name) for name in names}
+    finally:
+        conn.close()
+
+
 class SqliteFile:
     """``component`` names this user of the file in its ``meta`` table, so that several DBs with
     their own schemas and versions can share one file. ``readonly`` files (system DBs) are opened
     immutable and are never repaired; a missing one, or one under 512 bytes, reads as empty."""
 
     def __init__(
-        self, path: Path, component: str, schema_sql: str, schema_version: int, readonly: bool = False
+        self,
+        path: Path,
+        component: str,
+        schema_sql: str,
+        schema_version: int,
+        readonly: bool = False,
+        migrations: dict[int, str] | None = None,
     ):
         self.path = Path(path)
+        # migrations[v]: the SQL script that turns version v of this component's tables into v + 1.
+        self.migrations = dict(migrations or {})
         self.component = component
         self.schema_sql = schema_sql
         self.schema_version = schema_version
@@ -279,51 +305,88 @@ class SqliteFile:
         return row[0] if row else None
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> bool:
-        def current() -> int | None:
-            try:
-                return self._version(conn)
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    return None
-                raise
-
-        if self._retry_busy(current) == self.schema_version:
+        if self._retry_busy(lambda: self._schema_is_current(conn)):
             return True
+        return self._retry_busy(lambda: self._update_schema(conn))
 
-        def migrate() -> bool:
-            with _immediate(conn):
-                conn.execute("CREATE TABLE IF NOT EXISTS meta (component TEXT PRIMARY KEY, version INTEGER)")
-                found = self._version(conn)
-                if found is not None and found > self.schema_version:
-                    conn.execute("ROLLBACK")  # nothing to keep; _immediate sees no transaction
-                    warn_path(
-                        self.path,
-                        "version",
-                        f"{self.path}: {self.component} schema version {found} "
-                        f"is newer than {self.schema_version}; continuing without it",
-                    )
-                    return False
-                if found is not None and found < self.schema_version:
-                    # No older schema has shipped that is worth converting; its records are stale
-                    # caches. Other components in the file keep theirs.
-                    _log.warning(
-                        "%s: %s schema version %s is older than %s; starting it afresh",
-                        self.path,
-                        self.component,
-                        found,
-                        self.schema_version,
-                    )
-                    for table in self._tables:
-                        conn.execute(f"DROP TABLE IF EXISTS {table}")
-                for statement in self.schema_sql.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(
-                    "INSERT OR REPLACE INTO meta VALUES (?, ?)", (self.component, self.schema_version)
+    def _schema_is_current(self, conn: sqlite3.Connection) -> bool:
+        try:
+            found = self._version(conn)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return False
+            raise
+        return found == self.schema_version and not self._damaged_tables(conn)
+
+    def _damaged_tables(self, conn: sqlite3.Connection) -> list[str]:
+        """This component's tables that are missing or whose columns differ from the schema."""
+        expected = _schema_columns(self.schema_sql)
+        return [t for t in self._tables if _columns(conn, t) != expected[t]]
+
+    def _update_schema(self, conn: sqlite3.Connection) -> bool:
+        with _immediate(conn):
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (component TEXT PRIMARY KEY, version INTEGER)")
+            found = self._version(conn)
+            if found is not None and found > self.schema_version:
+                conn.execute("ROLLBACK")  # nothing to keep; _immediate sees no transaction
+                warn_path(
+                    self.path,
+                    "version",
+                    f"{self.path}: {self.component} schema version {found} "
+                    f"is newer than {self.schema_version}; continuing without it",
                 )
-            return True
+                return False
+            afresh = found is None
+            if found is not None and found < self.schema_version and not self._migrate(conn, found):
+                # No conversion from that version: its records are stale caches. Other components
+                # in the file keep theirs.
+                _log.warning(
+                    "%s: %s schema version %s is older than %s; starting it afresh",
+                    self.path,
+                    self.component,
+                    found,
+                    self.schema_version,
+                )
+                for table in self._tables:
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+                afresh = True
+            damaged = self._damaged_tables(conn)
+            present = [t for t in damaged if _columns(conn, t)]
+            if damaged and not afresh:
+                # Said current (or just converted) but a table is missing or has other columns:
+                # rebuild those tables once, here, rather than failing on every statement.
+                _log.warning(
+                    "%s: %s tables %s were damaged (missing or with other columns); recreated them",
+                    self.path,
+                    self.component,
+                    ", ".join(damaged),
+                )
+            for table in present:
+                conn.execute(f"DROP TABLE {table}")
+            for statement in self.schema_sql.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (self.component, self.schema_version))
+        return True
 
-        return self._retry_busy(migrate)
+    def _migrate(self, conn: sqlite3.Connection, found: int) -> bool:
+        """Convert this component's tables from version ``found`` in place; False when there is no
+        path to the current version (or a table to convert is missing), leaving the tables untouched."""
+        steps = range(found, self.schema_version)
+        if not all(v in self.migrations for v in steps) or not all(_columns(conn, t) for t in self._tables):
+            return False
+        for v in steps:
+            for statement in self.migrations[v].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        _log.info(
+            "%s: %s converted from schema version %s to %s",
+            self.path,
+            self.component,
+            found,
+            self.schema_version,
+        )
+        return True
 
     # ---- repair ------------------------------------------------------------------------------------
     def _move_aside(self, reason: str) -> None:

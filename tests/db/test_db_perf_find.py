@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -153,3 +154,95 @@ def test_unwritable_user_dir(db_env, monkeypatch, warned, tmp_path):
     assert perf.load(KEY, "A") is None
     assert find.load(KEY) is None
     assert len(warned()) == 1
+
+
+V1_SCHEMA = """
+CREATE TABLE meta (component TEXT PRIMARY KEY, version INTEGER);
+INSERT INTO meta VALUES ('perf_db', 1), ('find_db', 1);
+CREATE TABLE perf_db (
+    problem_key TEXT NOT NULL, solver TEXT NOT NULL, params TEXT NOT NULL, version TEXT NOT NULL,
+    PRIMARY KEY (problem_key, solver)
+);
+CREATE TABLE find_db (
+    problem_key TEXT NOT NULL, rank INTEGER NOT NULL, solver TEXT NOT NULL, time_ms REAL NOT NULL,
+    workspace INTEGER NOT NULL, algorithm TEXT NOT NULL, params TEXT, version TEXT NOT NULL,
+    PRIMARY KEY (problem_key, rank)
+);
+"""
+
+
+def write_v1_file(path: Path) -> None:
+    """A user file as miopy 0.1.0 wrote it before the primitive joined the keys."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V1_SCHEMA)
+        conn.execute("INSERT INTO perf_db VALUES (?, 'A', '{\"tile\": 8}', '0.1.0')", (KEY,))
+        for rank, rec in enumerate(RANKED):
+            params = None if rec.config is None else json.dumps(rec.config)
+            row = (KEY, rank, rec.solver, rec.time_ms, rec.workspace, rec.algorithm, params, "0.1.0")
+            conn.execute("INSERT INTO find_db VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+    conn.close()
+
+
+def test_version_1_file_is_converted_in_place(db_env, warned):
+    write_v1_file(udb(db_env))
+    perf, find = PerfDb(BASE, BACKEND), FindDb(BASE, BACKEND)
+    assert perf.load(KEY, "A") == {"tile": 8}
+    assert perf.load(KEY, "A", primitive="conv") == {"tile": 8}
+    assert perf.load(KEY, "A", primitive="pool") is None
+    assert find.load(KEY) == RANKED
+    assert find.load(KEY, primitive="activ") is None
+    assert warned() == []
+    with sqlite3.connect(udb(db_env)) as conn:
+        assert conn.execute("SELECT component, version FROM meta ORDER BY component").fetchall() == [
+            ("find_db", 2),
+            ("perf_db", 2),
+        ]
+        assert conn.execute("SELECT DISTINCT primitive FROM find_db").fetchall() == [("conv",)]
+        assert conn.execute("SELECT primitive, solver FROM perf_db").fetchall() == [("conv", "A")]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {"meta", "perf_db", "find_db"}
+    conn.close()
+    perf.store(KEY, "B", {"tile": 4})
+    assert PerfDb(BASE, BACKEND).records(KEY) == {"A": {"tile": 8}, "B": {"tile": 4}}
+
+
+def test_primitives_keep_their_own_records(db_env):
+    perf, find = PerfDb(BASE, BACKEND), FindDb(BASE, BACKEND)
+    perf.store(KEY, "A", {"tile": 8})
+    perf.store(KEY, "A", {"tile": 2}, primitive="pool")
+    find.store(KEY, RANKED)
+    find.store(KEY, RANKED[:1], primitive="pool")
+    assert perf.load(KEY, "A") == {"tile": 8}
+    assert perf.load(KEY, "A", primitive="pool") == {"tile": 2}
+    assert perf.records(KEY, primitive="pool") == {"A": {"tile": 2}}
+    assert find.load(KEY) == RANKED and find.load(KEY, primitive="pool") == RANKED[:1]
+    perf.remove(KEY, primitive="pool")
+    find.remove(KEY, primitive="pool")
+    assert perf.load(KEY, "A", primitive="pool") is None and perf.load(KEY, "A") == {"tile": 8}
+    assert find.load(KEY, primitive="pool") is None and find.load(KEY) == RANKED
+    perf.remove(KEY, "A")
+    assert perf.records(KEY) == {}
+
+
+@pytest.mark.parametrize("damage", ["DROP TABLE find_db", "DROP TABLE perf_db"])
+def test_damaged_schema_is_repaired_once(db_env, warned, damage):
+    PerfDb(BASE, BACKEND).store(KEY, "A", {"tile": 8})
+    FindDb(BASE, BACKEND).store(KEY, RANKED)
+    with sqlite3.connect(udb(db_env)) as conn:
+        conn.execute(damage)  # meta still says the component is current
+    conn.close()
+    for _ in range(2):
+        perf, find = PerfDb(BASE, BACKEND), FindDb(BASE, BACKEND)
+        perf.store(KEY, "B", {"tile": 4})
+        find.store(KEY, RANKED[:2], primitive="pool")
+        assert perf.load(KEY, "B") == {"tile": 4}
+        assert find.load(KEY, primitive="pool") == RANKED[:2]
+        perf.close()
+        find.close()
+    # The untouched component keeps its rows; the damaged one was recreated, said once.
+    if "find_db" in damage:
+        assert PerfDb(BASE, BACKEND).load(KEY, "A") == {"tile": 8}
+    else:
+        assert FindDb(BASE, BACKEND).load(KEY) == RANKED
+    assert len(warned()) == 1 and "damaged" in warned()[0], warned()
