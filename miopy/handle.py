@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from miopy import backends, config, log
+from miopy import arrays, backends, bounds, config, log
 from miopy.errors import BadParm, bad
 from miopy.logging_cmd import log_conv_command
 from miopy.solution import CompiledKernel, Invoker, KernelSpec, Solution
@@ -20,6 +20,8 @@ class Handle:
     picks cuda when a GPU is usable, else opencl."""
 
     def __init__(self, backend: str | None = None, device: int = 0):
+        if backend is not None and not isinstance(backend, str):
+            raise bad("backend", backend, "expected auto, cuda or opencl")
         name = (backend or config.backend()).lower()
         self.backend = backends.create(name, device)
         self.info = self.backend.info
@@ -114,36 +116,37 @@ class Handle:
 
     def prepare_invoker(self, solution: Solution) -> Invoker:
         """Compile the solution's kernels and build its invoker, cached by
-        (network config, solver, config) as MIOpen's invoker cache."""
-        key = (solution.problem.network_config(), solution.solver, solution.config_key())
+        (network config with every tensor's strides, solver, config) as MIOpen's invoker cache.
+        The invoker checks, before each launch, that the buffers hold what its kernels touch."""
+        key = (solution.problem.invoker_key(), solution.solver, solution.config_key())
         with self._lock:
             invoker = self._invokers.get(key)
         if invoker is None:
+            need = bounds.required_bytes(solution)  # before building: a region outside is a bug
             kernels = [self.compile(spec) for spec in solution.kernels]
-            invoker = solution.invoker_factory(self.backend, kernels)
+            invoker = bounds.CheckedInvoker(
+                solution.invoker_factory(self.backend, kernels), need, self.backend
+            )
             with self._lock:
                 self._invokers[key] = invoker
         return invoker
 
     # ---- buffers ----------------------------------------------------------------------------------
-    def buffer(self, obj: Any, nbytes: int, field: str) -> tuple[Any, np.ndarray | None]:
+    def buffer(
+        self, obj: Any, nbytes: int, field: str, desc: Any = None, output: bool = False
+    ) -> tuple[Any, np.ndarray | None]:
         """(device buffer, host array to copy back into or None) for a user tensor argument.
 
         NumPy arrays are copied (and written back when they are outputs); device arrays of this
-        backend are used in place."""
+        backend are used in place. With ``desc``, the array's type and shape are checked against
+        it (miopy.arrays), before anything launches."""
         if isinstance(obj, np.ndarray):
-            if obj.nbytes < nbytes:
-                raise bad(field, f"array of {obj.nbytes} bytes", f"the tensor needs {nbytes} bytes")
-            if not obj.flags.c_contiguous:
-                raise bad(
-                    field,
-                    "non-contiguous array",
-                    "pass a C-contiguous array (the descriptor's strides describe the layout)",
-                )
+            arrays.check_host(obj, desc, nbytes, field, output)
             return self.backend.upload(obj), obj
         wrapped = self.backend.wrap(obj)
         if wrapped is None:
             raise bad(field, type(obj).__name__, f"not a NumPy array nor a {self.backend_name} device array")
+        arrays.check_device(obj, desc, field)
         size = self.backend.nbytes(wrapped)
         if size < nbytes:
             raise bad(field, f"buffer of {size} bytes", f"the tensor needs {nbytes} bytes")
@@ -154,13 +157,14 @@ class Handle:
         if not isinstance(tensors, dict):
             raise BadParm(f"tensors={type(tensors).__name__}: expected a dict with x, w and y")
         log_conv_command(problem, self._solver_id(solution.solver))
-        sizes = {"x": problem.x.nbytes, "w": problem.w.nbytes, "y": problem.y.nbytes}
-        missing = [r for r in sizes if tensors.get(r) is None]
+        descs = {"x": problem.x, "w": problem.w, "y": problem.y}
+        missing = [r for r in descs if tensors.get(r) is None]
         if missing:
             raise BadParm(f"tensors: missing {', '.join(missing)} (need x, w and y)")
         bufs, hosts = {}, {}
-        for role, size in sizes.items():
-            bufs[role], hosts[role] = self.buffer(tensors[role], size, role)
+        for role, desc in descs.items():
+            output = role == problem.output_role
+            bufs[role], hosts[role] = self.buffer(tensors[role], desc.nbytes, role, desc, output)
         ws = None
         if solution.workspace:
             if workspace is None:

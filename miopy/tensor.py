@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from miopy.checks import OFFSET_MAX, int_tuple
 from miopy.errors import bad
 
 
@@ -67,6 +69,25 @@ def packed_strides(lens: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(strides[axis] for axis in logical)
 
 
+def _layout_with(lens: tuple[int, ...], strides: tuple[int, ...], label: str | None) -> str:
+    """The layout of a tensor given its strides: a packed layout's name, else STRIDED. A ``label``
+    that contradicts the strides is BadParm (a mislabelled tensor once shared a packed one's
+    kernels and wrote past its buffer)."""
+    if label is not None and packed_strides(lens, label) == strides:
+        return label
+    for layout in LAYOUTS_3D if len(lens) == 5 else LAYOUTS_2D:
+        if packed_strides(lens, layout) == strides:
+            if label is not None:
+                raise bad("layout", label, f"strides {strides} are those of a packed {layout} tensor")
+            return layout
+    if label is not None:
+        logical = "NCDHW" if len(lens) == 5 else "NCHW"
+        ordered = [strides[logical.index(a)] for a in label if lens[logical.index(a)] > 1]
+        if any(a < b for a, b in zip(ordered, ordered[1:])):
+            raise bad("layout", label, f"strides {strides} do not follow its axis order")
+    return "STRIDED"
+
+
 def to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float -> bf16 bits (uint16), round to nearest even, NaN kept NaN."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
@@ -100,8 +121,10 @@ def from_storage(stored: np.ndarray, dtype: DataType) -> np.ndarray:
 class TensorDesc:
     """A tensor: dtype, lens in logical order (N, C, [D,] H, W) and strides in elements.
 
-    Give either ``layout`` (packed) or explicit ``strides``; with neither, the tensor is packed
-    NCHW / NCDHW.
+    Give ``layout`` (packed), explicit ``strides``, or both; with neither, the tensor is packed
+    NCHW / NCDHW. ``layout`` is derived from the strides: the packed layout they describe, else
+    ``STRIDED`` (its key then carries the strides). A label given with strides must agree with
+    them: the packed layout they describe, or an axis order the strides follow (a padded tensor).
     """
 
     dtype: DataType
@@ -111,44 +134,31 @@ class TensorDesc:
 
     def __init__(self, dtype: DataType | str, lens, strides=None, layout: str | None = None):
         dtype = DataType.parse(dtype)
-        try:
-            lens = tuple(int(v) for v in lens)
-        except (TypeError, ValueError):
-            raise bad("lens", lens, "expected a sequence of integers") from None
-        if len(lens) not in (4, 5):
-            raise bad("lens", lens, "expected 4 (N,C,H,W) or 5 (N,C,D,H,W) dimensions")
+        lens = int_tuple("lens", lens, (4, 5))
         for name, value in zip("NCDHW" if len(lens) == 5 else "NCHW", lens):
             if value <= 0:
                 raise bad(f"lens[{name}]", value, "must be positive")
         if layout is not None and not isinstance(layout, str):
             raise bad("layout", layout, "expected a layout name such as NCHW or NHWC")
+        valid = LAYOUTS_3D if len(lens) == 5 else LAYOUTS_2D
+        label = layout.strip().upper() if layout else None
+        if label is not None and label not in valid:
+            raise bad("layout", layout, f"expected one of {', '.join(valid)} for a {len(lens)}-d tensor")
         if strides is not None:
-            try:
-                strides = tuple(int(v) for v in strides)
-            except (TypeError, ValueError):
-                raise bad("strides", strides, "expected a sequence of integers") from None
-            if len(strides) != len(lens):
-                raise bad("strides", strides, f"expected {len(lens)} values like lens")
-            if any(s <= 0 for s in strides):
-                raise bad("strides", strides, "must be positive")
-            layout = layout.upper() if layout else self._layout_of(lens, strides)
+            strides = int_tuple("strides", strides, len(lens), 1, OFFSET_MAX)
+            layout = _layout_with(lens, strides, label)
         else:
-            layout = (layout or ("NCDHW" if len(lens) == 5 else "NCHW")).upper()
-            valid = LAYOUTS_3D if len(lens) == 5 else LAYOUTS_2D
-            if layout not in valid:
-                raise bad("layout", layout, f"expected one of {', '.join(valid)} for a {len(lens)}-d tensor")
+            layout = label or valid[0]
             strides = packed_strides(lens, layout)
+        if math.prod(lens) > OFFSET_MAX:
+            raise bad("lens", lens, f"more than {OFFSET_MAX} elements (the kernels count them in i64)")
+        space = 1 + sum((n - 1) * s for n, s in zip(lens, strides))
+        if space * dtype.itemsize > OFFSET_MAX:
+            raise bad("strides", strides, f"the tensor spans more than {OFFSET_MAX} bytes (i64 offsets)")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "lens", lens)
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "layout", layout)
-
-    @staticmethod
-    def _layout_of(lens, strides) -> str:
-        for layout in LAYOUTS_3D if len(lens) == 5 else LAYOUTS_2D:
-            if packed_strides(lens, layout) == strides:
-                return layout
-        return "STRIDED"
 
     @property
     def spatial_dims(self) -> int:
@@ -160,7 +170,7 @@ class TensorDesc:
 
     @property
     def element_count(self) -> int:
-        return int(np.prod(self.lens))
+        return math.prod(self.lens)
 
     @property
     def element_space(self) -> int:

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.reference.tolerance import tolerance  # noqa: F401  (the one rule, shared with the driver)
 from miopy.tensor import TensorDesc, from_storage
-
-BASE_TOL = {"FP32": 1.5e-6, "FP16": 8.2e-3, "BF16": 8.2e-3 * 8}
-
-
-def tolerance(problem: ConvProblem) -> float:
-    tol = BASE_TOL[problem.dtype.value]
-    return tol * 2 if problem.direction is Direction.BACKWARD_WEIGHTS else tol
 
 
 def random_buffers(problem: ConvProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:

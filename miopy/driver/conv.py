@@ -29,6 +29,7 @@ from miopy.errors import BadParm, NotImplementedStatus
 from miopy.logging_cmd import SUBCOMMAND
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.reference.tolerance import tolerance as shared_tolerance
 from miopy.solvers.base import ALGORITHM_IDS
 from miopy.tensor import LAYOUTS_2D, LAYOUTS_3D, DataType, TensorDesc, from_storage, to_storage
 
@@ -293,20 +294,8 @@ def _inputs(problem: ConvProblem, values: dict[str, Any]) -> dict[str, np.ndarra
 
 
 def tolerance(problem: ConvProblem, solution: Any = None) -> float:
-    """MIOpen's: 1.5e-6 for 4-byte types, 8.2e-3 for 2-byte ones; x8 bf16, x2 backward weights;
-    times a solver's documented factor (``tolerance_factor`` on the solver or the solution)."""
-    tol = 1.5e-6 if problem.dtype.itemsize == 4 else 8.2e-3
-    if problem.dtype is DataType.BF16:
-        tol *= 8
-    if problem.direction is Direction.BACKWARD_WEIGHTS:
-        tol *= 2
-    if solution is not None:
-        from miopy.solvers import by_name
-
-        solver = by_name(solution.solver)
-        factor = solution.extra.get("tolerance_factor", getattr(solver, "tolerance_factor", 1.0))
-        tol *= float(factor)
-    return tol
+    """The shared rule of miopy.reference.tolerance (scales with the reduction length)."""
+    return shared_tolerance(problem, solution)
 
 
 def reference(problem: ConvProblem, buffers: dict[str, np.ndarray], cache_dir: str) -> np.ndarray:

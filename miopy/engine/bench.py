@@ -31,7 +31,7 @@ def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> t
         if given is None:
             bufs[role] = handle.backend.upload(np.zeros(desc.nbytes, dtype=np.uint8))
             continue
-        src, host = handle.buffer(given, desc.nbytes, role)
+        src, host = handle.buffer(given, desc.nbytes, role, desc)
         if host is not None:
             bufs[role] = src  # already a private copy
         else:

@@ -7,7 +7,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from miopy.errors import bad
+from miopy.checks import INDEX_MAX, int_tuple, int_value
+from miopy.errors import MiopyError, bad
 from miopy.tensor import DataType, TensorDesc
 
 
@@ -46,16 +47,7 @@ MODES = ("conv", "trans")
 
 
 def _tuple(name: str, values, dims: int | None, minimum: int) -> tuple[int, ...]:
-    try:
-        out = tuple(int(v) for v in values)
-    except (TypeError, ValueError):
-        raise bad(name, values, "expected a sequence of integers") from None
-    if dims is not None and len(out) != dims:
-        raise bad(name, values, f"expected {dims} values")
-    for v in out:
-        if v < minimum:
-            raise bad(name, values, f"every value must be >= {minimum}")
-    return out
+    return int_tuple(name, values, dims, minimum)
 
 
 @dataclass(frozen=True)
@@ -89,12 +81,11 @@ class ConvDesc:
         opads = _tuple(
             "trans_output_pads", trans_output_pads if trans_output_pads is not None else (0,) * dims, dims, 0
         )
-        try:
-            groups = int(groups)
-        except (TypeError, ValueError):
-            raise bad("groups", groups, "expected an integer") from None
-        if groups < 1:
-            raise bad("groups", groups, "must be >= 1")
+        groups = int_value("groups", groups, 1)
+        if not isinstance(mode, str):
+            raise bad("mode", mode, "expected conv or trans")
+        if not isinstance(pad_mode, str):
+            raise bad("pad_mode", pad_mode, "expected default, same or valid")
         mode = str(mode).lower()
         if mode not in MODES:
             raise bad("mode", mode, "expected conv or trans")
@@ -248,6 +239,15 @@ class ConvProblem:
                 conv.pad_mode,
                 conv.trans_output_pads[i],
             )
+            span = conv.dilations[i] * (fil - 1) + 1
+            reach = max(size, o) + 2 * conv.pads[i] + (max(size, o) - 1) * conv.strides[i] + span
+            if reach > INDEX_MAX:
+                raise bad(
+                    f"in_{axis.lower()}",
+                    size,
+                    f"with filter {fil}, pad {conv.pads[i]}, stride {conv.strides[i]} and dilation "
+                    f"{conv.dilations[i]} the {axis} indices exceed {INDEX_MAX} (the kernels' int32)",
+                )
             if o <= 0:
                 raise bad(
                     f"fil_{axis.lower()}",
@@ -335,53 +335,66 @@ class ConvProblem:
         """Inverse of ``key()``; a malformed key raises BadParm naming the key."""
         if not isinstance(key, str):
             raise bad("key", key, "expected a string")
+        try:
+            return cls._parse(key)
+        except MiopyError as exc:
+            raise bad("key", key, f"not a valid convolution problem key ({exc})") from None
+        except (ValueError, TypeError, OverflowError, IndexError, StopIteration, ZeroDivisionError):
+            raise bad("key", key, "not a convolution problem key") from None
+
+    @classmethod
+    def _parse(cls, key: str) -> ConvProblem:
         m = cls._KEY.match(key.strip())
         if not m:
-            raise bad("key", key, "not a convolution problem key")
+            raise ValueError("pattern")
         parts = m.group("body").split("-")
-        try:
-            dims = 3 if len(parts) == 17 else 2
-            if len(parts) != 11 + 2 * dims:
-                raise ValueError("field count")
-            it = iter(parts)
-            c = int(next(it))
-            in_sp = [int(next(it)) for _ in range(dims)]
-            fil = [int(v) for v in next(it).split("x")]
-            next(it)  # K, derived again from the filter and groups
-            [int(next(it)) for _ in range(dims)]  # output lens, derived again
-            n = int(next(it))
-            pads = [int(v) for v in next(it).split("x")]
-            strides = [int(v) for v in next(it).split("x")]
-            dils = [int(v) for v in next(it).split("x")]
-            next(it)  # bias
-            layouts = next(it)
-            dtype = DataType.parse(next(it))
-            direction = Direction.parse(next(it))
-            groups, mode, opads, pad_mode = 1, "conv", None, "default"
-            for part in filter(None, m.group("suffix").split("_")):
-                if part.startswith("g"):
-                    groups = int(part[1:])
-                elif part.startswith("trans"):
-                    mode, opads = "trans", [int(v) for v in part[5:].split("x")]
-                elif part in ("same", "valid"):
-                    pad_mode = part
-                else:
-                    raise ValueError(part)
-            k = int(parts[2 + dims])
-        except (ValueError, StopIteration):
-            raise bad("key", key, "not a convolution problem key") from None
+        dims = 3 if len(parts) == 17 else 2
+        if len(parts) != 11 + 2 * dims:
+            raise ValueError("field count")
+        it = iter(parts)
+        c = _num(next(it))
+        in_sp = [_num(next(it)) for _ in range(dims)]
+        fil = _nums(next(it))
+        k = _num(next(it))
+        out_sp = [_num(next(it)) for _ in range(dims)]
+        n = _num(next(it))
+        pads, strides, dils = _nums(next(it)), _nums(next(it)), _nums(next(it))
+        if next(it) != "0":
+            raise ValueError("bias")
+        layouts = next(it)
+        dtype = DataType.parse(next(it))
+        direction = Direction.parse(next(it))
+        groups, mode, opads, pad_mode = 1, "conv", None, "default"
+        for part in filter(None, m.group("suffix").split("_")):
+            if part.startswith("g"):
+                groups = _num(part[1:])
+            elif part.startswith("trans"):
+                mode, opads = "trans", _nums(part[5:])
+            elif part in ("same", "valid"):
+                pad_mode = part
+            else:
+                raise ValueError(part)
         conv = ConvDesc(pads, strides, dils, groups, mode, opads, pad_mode)
         lays = layouts.split(".") if "." in layouts else [layouts] * 3
         if len(lays) != 3:
-            raise bad("key", key, "expected one layout or three (x.w.y)")
+            raise bad("layouts", layouts, "expected one layout or three (x.w.y)")
         wlens = (k, c // groups, *fil) if mode == "conv" else (c, k // groups, *fil)
         x = _desc(dtype, (n, c, *in_sp), lays[0])
         w = _desc(dtype, wlens, lays[1])
         ylens, _ = cls._output(x, w, conv)
+        if ylens[1:] != (k, *out_sp):
+            raise bad("output", (k, *out_sp), f"expected {ylens[1:]} for this input, filter and convolution")
         return cls(x, w, _desc(dtype, ylens, lays[2]), conv, direction)
 
+    def invoker_key(self) -> str:
+        """The network config plus every tensor's full strides: all a kernel is compiled or bound
+        for, so that two problems sharing a cached invoker address memory identically."""
+        strides = ";".join(",".join(map(str, d.strides)) for d in (self.x, self.w, self.y))
+        return f"{self.network_config()}|{strides}"
+
     def network_config(self) -> str:
-        """MIOpen-style network config: what an invoker depends on."""
+        """MIOpen-style network config: what an invoker depends on (a tensor that is not packed
+        appears with its strides)."""
         c = self.conv
         sp = slice(2, None)
         fields = [
@@ -435,9 +448,20 @@ class ConvProblem:
         return self.key()
 
 
+def _num(text: str) -> int:
+    """A key's number: ASCII digits only (int() would also take "+1", " 1", "1_0", "٣")."""
+    if not re.fullmatch(r"[0-9]{1,19}", text):
+        raise ValueError(text)
+    return int(text)
+
+
+def _nums(text: str) -> list[int]:
+    return [_num(v) for v in text.split("x")]
+
+
 def _desc(dtype: DataType, lens, layout: str) -> TensorDesc:
     if layout.startswith("s"):
-        return TensorDesc(dtype, lens, strides=[int(v) for v in layout[1:].split(",")])
+        return TensorDesc(dtype, lens, strides=[_num(v) for v in layout[1:].split(",")])
     return TensorDesc(dtype, lens, layout=layout)
 
 

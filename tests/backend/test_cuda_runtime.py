@@ -9,12 +9,12 @@ import pytest
 from miopy import backends
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.reference.tolerance import tolerance
 from miopy.tensor import DataType, TensorDesc, from_storage, to_storage
 
 _WHY = backends.unavailable_reason("cuda")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
 
-TOL = {"fp32": 1.5e-6, "fp16": 8.2e-3, "bf16": 8.2e-3 * 8}
 DTYPES = ("fp32", "fp16", "bf16")
 NAIVE = {
     Direction.FORWARD: "ConvDirectNaiveFwd",
@@ -33,11 +33,6 @@ def handle():
 @pytest.fixture(scope="module")
 def cp():
     return pytest.importorskip("cupy")
-
-
-def tolerance(problem: ConvProblem) -> float:
-    tol = TOL[problem.dtype.value.lower()]
-    return tol * 2 if problem.direction is Direction.BACKWARD_WEIGHTS else tol
 
 
 def make_problem(case: str, dtype: str, direction: str) -> ConvProblem:

@@ -97,6 +97,15 @@ class GemmPlan:
         """The same product as C^T = B^T A^T."""
         return replace(self, m=self.n, n=self.m, a=self.b.t(), b=self.a.t(), c=self.c.t())
 
+    def regions(self, itemsize: int) -> list[tuple[str, int, int]]:
+        """(role, end in elements, itemsize) of each operand: what the product touches."""
+        out = []
+        for o, rows, cols in ((self.a, self.m, self.k), (self.b, self.k, self.n), (self.c, self.m, self.n)):
+            end = o.offset + (self.batch0 - 1) * o.s0 + (self.batch1 - 1) * o.s1
+            end += (rows - 1) * o.rs + (cols - 1) * o.cs + 1
+            out.append((o.role, end, 4 if o.f32 else itemsize))
+        return out
+
     def tiles(self, tm: int, tn: int) -> int:
         return self.batch0 * self.batch1 * math.ceil(self.m / tm) * math.ceil(self.n / tn)
 
@@ -200,6 +209,7 @@ class Launch:
     spec: KernelSpec
     args: tuple[Any, ...]
     work_items: int
+    regions: tuple[tuple[str, int, int], ...] = ()  # workspace regions it touches (miopy.bounds)
 
 
 @dataclass
@@ -356,9 +366,11 @@ class _GemmSolver(Solver):
 
             return invoke
 
-        return Solution(
-            self.name, self.algorithm, problem, specs, work.workspace, factory, extra={"vendor_gemm": vendor}
-        )
+        regions = [
+            r for s in steps for r in (s.regions(dtype.itemsize) if isinstance(s, GemmPlan) else s.regions)
+        ]
+        extra = {"vendor_gemm": vendor, "regions": regions}
+        return Solution(self.name, self.algorithm, problem, specs, work.workspace, factory, extra=extra)
 
 
 def _plan(
@@ -371,9 +383,15 @@ def _im2col(problem: ConvProblem, d: Dims, n0: int, count: int, nb: int) -> Laun
     """im2col of images n0 .. n0+count-1 into a column workspace sized for ``nb`` images."""
     spec = KernelSpec("im2col", "im2col", {"MIOPY_DTYPE": problem.dtype.code})
     col = [np.int64(v) for v in (0, *_col_strides(d, nb))]
-    return Launch(
-        spec, ("x", "ws", *col, np.int32(n0), np.int32(count), *shape_args(problem)), count * d.c * d.r * d.p
-    )
+    region = ("ws", _col_end(d, count, nb), problem.dtype.itemsize)
+    args = ("x", "ws", *col, np.int32(n0), np.int32(count), *shape_args(problem))
+    return Launch(spec, args, count * d.c * d.r * d.p, (region,))
+
+
+def _col_end(d: Dims, count: int, nb: int) -> int:
+    """One past the last element of col[g][j][n][o] that ``count`` images touch."""
+    cs_g, cs_n, cs_j, cs_o = _col_strides(d, nb)
+    return (d.g - 1) * cs_g + (count - 1) * cs_n + (d.j - 1) * cs_j + (d.p - 1) * cs_o + 1
 
 
 # ---- forward -------------------------------------------------------------------------------------
@@ -503,7 +521,8 @@ class GemmBwdRest(_GemmSolver):
                 np.int32(count),
                 *shape_args(problem),
             )
-            work.steps.append(Launch(col2im, args, count * d.c * math.prod(problem.x.lens[2:])))
+            region = ("ws", _col_end(d, count, nb), itemsize)
+            work.steps.append(Launch(col2im, args, count * d.c * math.prod(problem.x.lens[2:]), (region,)))
         return work
 
 
@@ -572,7 +591,8 @@ class GemmWrwUniversal(_GemmSolver):
                 *(np.int32(v) for v in (d.n, d.k, d.p)),
                 *(np.int64(v) for v in (d.yn, d.yk, d.yo, d.p, d.n * d.p, 1)),
             )
-            work.steps.append(Launch(spec, args, d.n * d.k * d.p))
+            region = ("ws", col_elems + d.k * d.n * d.p, itemsize)
+            work.steps.append(Launch(spec, args, d.n * d.k * d.p, (region,)))
             dy = Operand("ws", col_elems, d.n * d.p, 1, 0, d.kg * d.n * d.p)
         else:
             dy = Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk)

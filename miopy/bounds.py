@@ -1,0 +1,67 @@
+"""Before any kernel launches: every tensor a kernel touches lies inside its buffer.
+
+``required_bytes`` lists, per conv-view role ("x", "w", "y") and for the workspace ("ws"), how
+many bytes of the buffer the solution's kernels may touch: the descriptor's element space (its
+lens, strides and offsets) and every region a solver declares in ``solution.extra["regions"]``
+(``(role, end in elements, itemsize)``, e.g. a GEMM operand with its offset, batch and row/column
+strides). A region that leaves its tensor or the workspace is a solver bug: InternalError, before
+anything runs.
+
+``CheckedInvoker`` wraps an invoker with the sizes it was built for, and checks each buffer it is
+handed on every call. Whatever path reaches a kernel (run, find's timing, a stale cache entry),
+a buffer smaller than what the kernels were compiled or bound for is refused, never overrun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from miopy.errors import BadParm, InternalError
+
+ROLES = ("x", "w", "y")
+
+
+def required_bytes(solution: Any) -> dict[str, int]:
+    """Bytes touched per conv-view role and workspace; InternalError if a region leaves its buffer."""
+    view = solution.problem.conv_view()
+    descs = {"x": view.x, "w": view.w, "y": view.y}
+    need = {role: descs[role].nbytes for role in ROLES}
+    need["ws"] = int(solution.workspace or 0)
+    for role, end, itemsize in solution.extra.get("regions", ()):
+        touched = int(end) * int(itemsize)
+        if touched > need[role]:
+            what = "the workspace" if role == "ws" else f"tensor {role}"
+            raise InternalError(
+                f"{solution.solver}: a kernel would touch {touched} bytes of {what}, which holds "
+                f"{need[role]} bytes ({solution.problem.key()})"
+            )
+    return need
+
+
+class CheckedInvoker:
+    """An invoker that refuses buffers smaller than what its kernels were built for."""
+
+    def __init__(self, invoker: Callable[[dict[str, Any], Any], None], need: dict[str, int], backend: Any):
+        self.invoker = invoker
+        self.need = dict(need)
+        self.backend = backend
+
+    def check(self, args: dict[str, Any], workspace: Any) -> None:
+        for role, size in self.need.items():
+            if size <= 0:
+                continue
+            buf = workspace if role == "ws" else args.get(role)
+            name = "workspace" if role == "ws" else role
+            if buf is None:
+                raise BadParm(f"{name}=None: the kernels need a buffer of {size} bytes")
+            have = self.backend.nbytes(buf)
+            if have < size:
+                raise BadParm(f"{name}=buffer of {have} bytes: the kernels touch {size} bytes")
+
+    def __call__(self, args: dict[str, Any], workspace: Any) -> None:
+        self.check(args, workspace)
+        self.invoker(args, workspace)
+
+
+__all__ = ["CheckedInvoker", "required_bytes"]
