@@ -13,9 +13,11 @@ from miopy.solvers.conv.gemm import (
     GemmWrw1x1_stride1,
     GemmWrwUniversal,
 )
+from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 
 CONV_SOLVERS: list[Solver] = [
+    ConvIgemmFwdNhwc(),
     GemmFwd1x1_0_1(),
     GemmFwdRest(),
     GemmBwd1x1_stride1(),

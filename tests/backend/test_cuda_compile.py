@@ -21,7 +21,7 @@ CUDA_DIR = KERNEL_ROOT / "cuda"
 KERNEL_FILES = sorted(CUDA_DIR.glob("*.cu"))
 DTYPES = (0, 1, 2)
 _VARIANT = re.compile(r"miopy-compile-test:\s*(.*?)\s*(?:\*/)?\s*$", re.M)
-_KERNEL_NAME = re.compile(r"\bKERNEL\s+void\s+(\w+)\s*\(")
+_KERNEL_NAME = re.compile(r"\bKERNEL\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _OFF_SWITCH = re.compile(r"^\s*#\s*ifndef\s+(\w+)\s*\n\s*#\s*define\s+\1\s+0\s*\n\s*#\s*endif", re.M)
 

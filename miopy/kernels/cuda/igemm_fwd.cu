@@ -1,0 +1,227 @@
+/* Implicit-GEMM forward convolution on tensor cores (ConvIgemmFwdNhwc): fp16 or bf16 in,
+   fp32 accumulation, packed NHWC x and y, filter packed K x R x S x C (NHWC order), groups = 1.
+
+   GEMM view: D[m][k] = sum_j A[m][j] * B[k][j] with m = (n, p, q) an output pixel (M = N*P*Q),
+   k an output channel and j = (r, s, c) a filter tap (KD = R*S*C). Both A and B are contiguous
+   in j (A row m gathers the input pixels of output pixel m on the fly; B row k is filter k as it
+   lies), and D is y as it lies (NHWC: row m holds the K channels of pixel m).
+
+   A block computes a BM x BN tile of D. BK-wide slices of A and B go global -> shared through a
+   STAGES-deep cp.async pipeline (16-byte copies of 8 channels; padding, taps past KD and rows
+   past M are zero-filled), swizzled (common/mma_sm80.h) so ldmatrix reads are conflict-free.
+   Warps are a WARPS_M x WARPS_N grid, each computing a (BM/WARPS_M) x (BN/WARPS_N) tile with
+   mma.sync m16n8k16. The epilogue rounds the fp32 tile to data_t through shared memory and
+   writes it with 16-byte stores, whole rows of the tile at a time.
+
+   Needs C % 8 == 0 and K % 8 == 0 (16-byte chunks never straddle a tap or the end of a row). */
+#include "common/mma_sm80.h"
+
+// miopy-compile-test: -DMIOPY_DTYPE=1
+// miopy-compile-test: -DMIOPY_DTYPE=2
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=2
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=2
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
+
+/* Defaults only so that the file compiles on its own (the CUDA compile test); the solver always
+   defines every one of these. */
+#ifndef IG_N
+#define IG_N 32
+#define IG_C 64
+#define IG_H 56
+#define IG_W 56
+#define IG_K 64
+#define IG_R 3
+#define IG_S 3
+#define IG_P 56
+#define IG_Q 56
+#define IG_PH 1
+#define IG_PW 1
+#define IG_SH 1
+#define IG_SW 1
+#define IG_DH 1
+#define IG_DW 1
+#endif
+#ifndef IG_BM
+#define IG_BM 128
+#define IG_BN 64
+#define IG_BK 32
+#define IG_WARPS_M 2
+#define IG_WARPS_N 2
+#define IG_STAGES 3
+#endif
+
+#if MIOPY_DTYPE == 0
+#error "igemm_fwd is for fp16 and bf16 (MIOPY_DTYPE 1 or 2)"
+#endif
+
+#define IG_M (IG_N * IG_P * IG_Q)
+#define IG_KD (IG_R * IG_S * IG_C)
+#define IG_THREADS (IG_WARPS_M * IG_WARPS_N * 32)
+#define IG_CH (IG_BK / 8)                  /* 16-byte chunks per tile row */
+#define IG_WM (IG_BM / IG_WARPS_M)         /* warp tile */
+#define IG_WN (IG_BN / IG_WARPS_N)
+#define IG_MI (IG_WM / 16)                 /* m16 fragments per warp */
+#define IG_NI (IG_WN / 8)                  /* n8 fragments per warp */
+#define IG_A_ITERS (IG_BM * IG_CH / IG_THREADS)
+#define IG_B_ITERS (IG_BN * IG_CH / IG_THREADS)
+#define IG_ROW_STEP (IG_THREADS / IG_CH)   /* tile rows one pass of the block loads */
+#define IG_STAGE_CHUNKS ((IG_BM + IG_BN) * IG_CH)
+#define IG_PITCH (IG_BN + 8)               /* epilogue tile row, in elements */
+#define IG_PIPE_CHUNKS (IG_STAGES * IG_STAGE_CHUNKS)
+#define IG_EPI_CHUNKS (IG_BM * IG_PITCH / 8)
+#define IG_SMEM_CHUNKS (IG_PIPE_CHUNKS > IG_EPI_CHUNKS ? IG_PIPE_CHUNKS : IG_EPI_CHUNKS)
+#define IG_TILES_N ((IG_K + IG_BN - 1) / IG_BN)
+#define IG_KT ((IG_KD + IG_BK - 1) / IG_BK)
+
+static_assert(IG_C % 8 == 0 && IG_K % 8 == 0, "C and K must be multiples of 8");
+static_assert(IG_BK == 32 || IG_BK == 64, "BK is 32 or 64");
+static_assert(IG_WM % 16 == 0 && IG_WN % 16 == 0, "warp tiles are multiples of 16");
+static_assert(IG_BM * IG_CH % IG_THREADS == 0 && IG_BN * IG_CH % IG_THREADS == 0, "even loads");
+static_assert(IG_STAGES >= 2, "at least two stages");
+static_assert(IG_SMEM_CHUNKS * 16 <= 48 * 1024, "static shared memory is at most 48 KB");
+
+KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w,
+                                                    data_t* RESTRICT y)
+{
+    __shared__ __align__(128) uint4 smem[IG_SMEM_CHUNKS];
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int bid = blockIdx.x;
+    const int m0 = (bid / IG_TILES_N) * IG_BM;
+    const int n0 = (bid % IG_TILES_N) * IG_BN;
+    const u32 smem_base = smem_addr(smem);
+
+    /* ---- what this thread copies: chunk column `col` of rows row0 + i * IG_ROW_STEP ---- */
+    const int col = tid % IG_CH;
+    const int row0 = tid / IG_CH;
+    const data_t* a_img[IG_A_ITERS];
+    int a_ih[IG_A_ITERS], a_iw[IG_A_ITERS];
+#pragma unroll
+    for(int i = 0; i < IG_A_ITERS; ++i)
+    {
+        const int m = m0 + row0 + i * IG_ROW_STEP;
+        const int n = m / (IG_P * IG_Q);
+        const int pq = m - n * (IG_P * IG_Q);
+        const int p = pq / IG_Q;
+        const int q = pq - p * IG_Q;
+        const bool ok = m < IG_M;
+        a_img[i] = x + (ok ? (i64)n * (IG_H * IG_W * IG_C) : 0);
+        a_ih[i] = ok ? p * IG_SH - IG_PH : -(1 << 24);
+        a_iw[i] = q * IG_SW - IG_PW;
+    }
+
+    auto load_tile = [&](int stage, int kt) {
+        const u32 a_dst = smem_base + stage * (IG_STAGE_CHUNKS * 16);
+        const u32 b_dst = a_dst + IG_BM * IG_CH * 16;
+        const int kk = kt * IG_BK + col * 8;
+        const int rs = kk / IG_C;
+        const int c = kk - rs * IG_C;
+        const int r = rs / IG_S;
+        const int s = rs - r * IG_S;
+        const bool k_ok = kk < IG_KD;
+#pragma unroll
+        for(int i = 0; i < IG_A_ITERS; ++i)
+        {
+            const int ih = a_ih[i] + r * IG_DH;
+            const int iw = a_iw[i] + s * IG_DW;
+            const bool ok = k_ok && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
+            const data_t* src = ok ? a_img[i] + ((ih * IG_W + iw) * IG_C + c) : x;
+            cp_async_16(a_dst + swizzle<IG_CH>(row0 + i * IG_ROW_STEP, col) * 16, src, ok);
+        }
+#pragma unroll
+        for(int i = 0; i < IG_B_ITERS; ++i)
+        {
+            const int k = n0 + row0 + i * IG_ROW_STEP;
+            const bool ok = k_ok && k < IG_K;
+            const data_t* src = ok ? w + ((i64)k * IG_KD + kk) : w;
+            cp_async_16(b_dst + swizzle<IG_CH>(row0 + i * IG_ROW_STEP, col) * 16, src, ok);
+        }
+    };
+
+    float acc[IG_MI][IG_NI][4];
+#pragma unroll
+    for(int i = 0; i < IG_MI; ++i)
+#pragma unroll
+        for(int j = 0; j < IG_NI; ++j)
+#pragma unroll
+            for(int e = 0; e < 4; ++e)
+                acc[i][j][e] = 0.0f;
+
+    const int wm0 = (warp / IG_WARPS_N) * IG_WM;
+    const int wn0 = (warp % IG_WARPS_N) * IG_WN;
+
+#pragma unroll
+    for(int s = 0; s < IG_STAGES - 1; ++s)
+    {
+        if(s < IG_KT)
+            load_tile(s, s);
+        cp_async_commit();
+    }
+
+    for(int kt = 0; kt < IG_KT; ++kt)
+    {
+        cp_async_wait<IG_STAGES - 2>();
+        __syncthreads(); /* tile kt is in; every warp is done with the stage refilled next */
+        const int next = kt + IG_STAGES - 1;
+        if(next < IG_KT)
+            load_tile(next % IG_STAGES, next);
+        cp_async_commit();
+
+        const u32 a_tile = smem_base + (kt % IG_STAGES) * (IG_STAGE_CHUNKS * 16);
+        const u32 b_tile = a_tile + IG_BM * IG_CH * 16;
+#pragma unroll
+        for(int ks = 0; ks < IG_BK / 16; ++ks)
+        {
+            u32 af[IG_MI][4];
+            u32 bf[IG_NI][2];
+#pragma unroll
+            for(int i = 0; i < IG_MI; ++i)
+            {
+                const int row = wm0 + i * 16 + (lane & 15);
+                const int chunk = ks * 2 + (lane >> 4);
+                ldmatrix_x4(a_tile + swizzle<IG_CH>(row, chunk) * 16, af[i][0], af[i][1], af[i][2], af[i][3]);
+            }
+#pragma unroll
+            for(int j = 0; j < IG_NI / 2; ++j)
+            {
+                const int row = wn0 + j * 16 + (lane & 7) + ((lane >> 4) << 3);
+                const int chunk = ks * 2 + ((lane >> 3) & 1);
+                ldmatrix_x4(b_tile + swizzle<IG_CH>(row, chunk) * 16, bf[2 * j][0], bf[2 * j][1],
+                            bf[2 * j + 1][0], bf[2 * j + 1][1]);
+            }
+#pragma unroll
+            for(int i = 0; i < IG_MI; ++i)
+#pragma unroll
+                for(int j = 0; j < IG_NI; ++j)
+                    mma_16816(acc[i][j], af[i], bf[j]);
+        }
+    }
+
+    /* ---- epilogue: fp32 -> data_t into shared memory, then 16-byte rows out ---- */
+    cp_async_wait<0>();
+    __syncthreads();
+    u32* ctile = reinterpret_cast<u32*>(smem);
+#pragma unroll
+    for(int i = 0; i < IG_MI; ++i)
+#pragma unroll
+        for(int j = 0; j < IG_NI; ++j)
+        {
+            const int row = wm0 + i * 16 + (lane >> 2);
+            const int cc = wn0 + j * 8 + (lane & 3) * 2;
+            ctile[(row * IG_PITCH + cc) / 2] = pack2(acc[i][j][0], acc[i][j][1]);
+            ctile[((row + 8) * IG_PITCH + cc) / 2] = pack2(acc[i][j][2], acc[i][j][3]);
+        }
+    __syncthreads();
+    constexpr int ROW_CHUNKS = IG_BN / 8;
+#pragma unroll
+    for(int e = tid; e < IG_BM * ROW_CHUNKS; e += IG_THREADS)
+    {
+        const int row = e / ROW_CHUNKS;
+        const int ch = e - row * ROW_CHUNKS;
+        const int m = m0 + row;
+        const int k = n0 + ch * 8;
+        if(m < IG_M && k < IG_K)
+            *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = smem[(row * IG_PITCH) / 8 + ch];
+    }
+}

@@ -1,0 +1,245 @@
+"""ConvIgemmFwdNhwc against cuDNN on the ResNet-50 layers it takes (batch 32, NHWC), on a GPU.
+
+Both sides are timed the same way: device events around ITERS back-to-back launches, queued up
+behind a sleep kernel so the GPU never waits for the host, rotating over SETS input sets (so the
+inputs do not sit in L2), median of REPS such loops. cuDNN runs through torch with
+``cudnn.benchmark = True`` on channels_last tensors. Each of our configs is checked against
+cuDNN's output before it is timed. Needs torch, cupy and cuda-bindings.
+
+    python scripts/bench_igemm.py [--dtypes fp16,bf16] [--configs all|default] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from miopy.engine.bench import compile_all
+from miopy.handle import Handle
+from miopy.problem.conv import ConvDesc, ConvProblem
+from miopy.solvers.conv.implicit_gemm import PREFERRED, ConvIgemmFwdNhwc, grid_blocks
+from miopy.tensor import TensorDesc
+
+SOLVER = ConvIgemmFwdNhwc()
+BATCH = 32
+# (C, H=W, K, filter): the ResNet-50 layers with C a multiple of 8 (all but the 7x7 stem).
+LAYERS = [
+    (64, 56, 64, 3),
+    (128, 28, 128, 3),
+    (256, 14, 256, 3),
+    (512, 7, 512, 3),
+    (64, 56, 64, 1),
+    (64, 56, 256, 1),
+    (256, 56, 128, 1),
+    (128, 28, 512, 1),
+    (512, 28, 256, 1),
+    (256, 14, 1024, 1),
+    (1024, 14, 512, 1),
+    (512, 7, 2048, 1),
+]
+EXTRA = [
+    {"bm": 128, "bn": 64, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2},
+    {"bm": 64, "bn": 64, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 3},
+    {"bm": 128, "bn": 128, "bk": 32, "warps_m": 2, "warps_n": 4, "stages": 3},
+    {"bm": 128, "bn": 128, "bk": 32, "warps_m": 4, "warps_n": 2, "stages": 3},
+    {"bm": 256, "bn": 64, "bk": 32, "warps_m": 4, "warps_n": 2, "stages": 2},
+    {"bm": 64, "bn": 256, "bk": 32, "warps_m": 2, "warps_n": 4, "stages": 2},
+    {"bm": 128, "bn": 64, "bk": 32, "warps_m": 4, "warps_n": 1, "stages": 4},
+    {"bm": 64, "bn": 64, "bk": 32, "warps_m": 2, "warps_n": 2, "stages": 5},
+    {"bm": 128, "bn": 32, "bk": 32, "warps_m": 4, "warps_n": 1, "stages": 4},
+    {"bm": 64, "bn": 128, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2},
+]
+ITERS, REPS, SETS = 100, 5, 3
+
+
+def device_us(fns, iters: int = ITERS) -> float:
+    """Median over REPS of the mean device time of ITERS launches, cycling through ``fns``."""
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        torch.cuda._sleep(40_000_000)  # ~20 ms: the host queues every launch before the GPU starts
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(iters):
+            fns[i % len(fns)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / iters)
+    return statistics.median(times)
+
+
+def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
+    """Device time of the first other applicable solver (what immediate mode ran before)."""
+    from miopy.engine.candidates import applicable, make_solution
+
+    other = [s for s in applicable(handle, problem) if s.name != SOLVER.name][0]
+    sol = make_solution(handle, problem, other)
+    invoker = handle.prepare_invoker(sol)
+    ws = handle.backend.alloc(sol.workspace) if sol.workspace else None
+    fns = [functools.partial(invoker, {"x": xb[i], "w": wb, "y": yb[i]}, ws) for i in range(SETS)]
+    return other.name, device_us(fns, iters=20)
+
+
+def kernel_facts(handle, solution) -> dict:
+    """Registers per thread and resident blocks per SM of the solution's kernel."""
+    (spec,) = solution.kernels
+    func = handle.compile(spec).kernel
+    facts = {"threads": spec.local_size[0]}
+    try:
+        facts["regs"] = int(func.num_regs)
+        facts["smem"] = int(func.shared_size_bytes)
+        from cupy_backends.cuda.api import driver
+
+        facts["blocks_per_sm"] = int(
+            driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, spec.local_size[0], 0)
+        )
+    except Exception as exc:  # attribute names differ between CuPy versions
+        facts["error"] = str(exc)
+    return facts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--configs", default="all", choices=["all", "default"])
+    ap.add_argument("--layers", default="")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    handle = Handle("cuda")
+    print(
+        f"device: {handle.info.name}, {handle.info.compute_units} SMs; torch {torch.__version__}, "
+        f"cuDNN {torch.backends.cudnn.version()}",
+        flush=True,
+    )
+    results = []
+    layers = [LAYERS[int(i)] for i in args.layers.split(",")] if args.layers else LAYERS
+    for dtype in args.dtypes.split(","):
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        for c, hw, k, f in layers:
+            pad = f // 2
+            xs = [
+                torch.randn(BATCH, c, hw, hw, device="cuda", dtype=tdt).to(memory_format=torch.channels_last)
+                for _ in range(SETS)
+            ]
+            w = (torch.randn(k, c, f, f, device="cuda", dtype=torch.float32) / (c * f * f) ** 0.5).to(tdt)
+            w = w.to(memory_format=torch.channels_last)
+            refs = [F.conv2d(x, w, padding=pad) for x in xs]
+            ys = [torch.empty_like(r) for r in refs]
+            cudnn = device_us([functools.partial(F.conv2d, x, w, padding=pad) for x in xs])
+            problem = ConvProblem.create(
+                TensorDesc(dtype, (BATCH, c, hw, hw), layout="NHWC"),
+                TensorDesc(dtype, (k, c, f, f), layout="NHWC"),
+                ConvDesc((pad, pad)),
+                "F",
+            )
+            flops = 2.0 * BATCH * hw * hw * k * c * f * f
+            default = SOLVER.default_config(handle, problem)
+            configs = [default]
+            if args.configs == "all":
+                for cfg in [*PREFERRED, *EXTRA]:
+                    if cfg not in configs and SOLVER.is_valid_config(handle, problem, cfg):
+                        configs.append(dict(cfg))
+            sols = []
+            for cfg in configs:
+                sol = SOLVER.get_solution(handle, problem, cfg)
+                sol.problem = problem
+                sols.append(sol)
+            sols = compile_all(handle, sols)
+            be = handle.backend
+            wb = be.wrap(w)
+            xb = [be.wrap(x) for x in xs]
+            yb = [be.wrap(y) for y in ys]
+            rows = []
+            for sol in sols:
+                invoker = handle.prepare_invoker(sol)
+                errs = []
+                for i in range(SETS):
+                    ys[i].fill_(float("nan"))
+                    invoker({"x": xb[i], "w": wb, "y": yb[i]}, None)
+                    torch.cuda.synchronize()
+                    ref = refs[i].float()
+                    errs.append(float((ys[i].float() - ref).norm() / ref.norm()))
+                err = max(errs)
+                us = device_us(
+                    [functools.partial(invoker, {"x": xb[i], "w": wb, "y": yb[i]}, None) for i in range(SETS)]
+                )
+                facts = kernel_facts(handle, sol)
+                rows.append(
+                    {
+                        "config": sol.config,
+                        "us": us,
+                        "tflops": flops / us / 1e6,
+                        "err": err,
+                        "blocks": grid_blocks(problem, sol.config),
+                        **facts,
+                    }
+                )
+            today = time_today(handle, problem, xb, wb, yb)
+            ok = [r for r in rows if r["err"] < 2e-2]
+            best = min(ok, key=lambda r: r["us"]) if ok else None
+            entry = {
+                "dtype": dtype,
+                "layer": f"C{c} {hw}x{hw} K{k} {f}x{f}",
+                "gflop": flops / 1e9,
+                "cudnn_us": cudnn,
+                "cudnn_tflops": flops / cudnn / 1e6,
+                "today": today,
+                "default": rows[0],
+                "best": best,
+                "all": rows,
+            }
+            results.append(entry)
+            d = rows[0]
+            b = best or d
+            print(
+                f"{dtype} {entry['layer']:>22}: cuDNN {cudnn:7.1f} us {entry['cudnn_tflops']:5.0f} TF | "
+                f"default {d['us']:7.1f} us {d['tflops']:5.0f} TF x{d['us'] / cudnn:4.2f} err {d['err']:.1e} "
+                f"regs {d.get('regs')} occ {d.get('blocks_per_sm')} | "
+                f"best {b['us']:7.1f} us x{b['us'] / cudnn:4.2f} "
+                f"{json.dumps(b['config'])} | today {today[0]} {today[1]:.1f} us",
+                flush=True,
+            )
+            del xs, ys, refs
+    print(
+        "\n| dtype | layer | GFLOP | cuDNN us | default us | TFLOP/s | ratio | best us | ratio "
+        "| best config |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for e in results:
+        d, b = e["default"], e["best"] or e["default"]
+        print(
+            f"| {e['dtype']} | {e['layer']} | {e['gflop']:.2f} | {e['cudnn_us']:.1f} | {d['us']:.1f} | "
+            f"{d['tflops']:.0f} | {d['us'] / e['cudnn_us']:.2f} | {b['us']:.1f} | "
+            f"{b['us'] / e['cudnn_us']:.2f} | "
+            f"{b['config']['bm']}x{b['config']['bn']}x{b['config']['bk']} w{b['config']['warps_m']}x"
+            f"{b['config']['warps_n']} s{b['config']['stages']} |"
+        )
+    for dtype in {e["dtype"] for e in results}:
+        sel = [e for e in results if e["dtype"] == dtype]
+        for key in ("default", "best"):
+            ratios = [(e[key] or e["default"])["us"] / e["cudnn_us"] for e in sel]
+            geo = statistics.geometric_mean(ratios)
+            print(f"{dtype} {key}: geomean ratio to cuDNN {geo:.2f}, worst {max(ratios):.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    bad = [e["layer"] for e in results if e["default"]["err"] >= 2e-2]
+    if bad:
+        print("WRONG RESULTS:", bad)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

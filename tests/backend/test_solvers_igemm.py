@@ -1,0 +1,285 @@
+"""ConvIgemmFwdNhwc, the tensor-core implicit-GEMM forward convolution (CUDA only).
+
+On the CPU: applicability, the config space (validation, defaults, search space), the launch
+geometry, and NVRTC builds of a sample of configs for sm_90. On a GPU (marked ``gpu``): random
+problems (strides, padding, dilation, odd sizes, both data types) and a sample of the search
+space against the NumPy reference."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import support
+
+from miopy import backends
+from miopy.backends.base import DeviceInfo
+from miopy.errors import BadParm
+from miopy.problem.conv import ConvDesc, ConvProblem
+from miopy.solvers import CONV_SOLVERS, by_name
+from miopy.solvers.conv.implicit_gemm import (
+    DOMAIN,
+    FIELDS,
+    PREFERRED,
+    ConvIgemmFwdNhwc,
+    grid_blocks,
+    smem_bytes,
+    threads,
+)
+from miopy.tensor import TensorDesc
+
+SOLVER = ConvIgemmFwdNhwc()
+NHWC = ("NHWC",) * 3
+
+
+def make(dtype, xlens, wlens, direction="F", layouts=NHWC, **conv) -> ConvProblem:
+    x = TensorDesc(dtype, xlens, layout=layouts[0])
+    w = TensorDesc(dtype, wlens, layout=layouts[1])
+    return ConvProblem.create(x, w, ConvDesc(**conv), direction, y_layout=layouts[2])
+
+
+def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, local_mem_size=49152):
+    info = DeviceInfo(
+        "fake",
+        "sm_90",
+        compute_units,
+        "",
+        max_work_group_size=max_work_group_size,
+        local_mem_size=local_mem_size,
+    )
+    return SimpleNamespace(info=info, backend_name=backend)
+
+
+CTX = fake_ctx()
+RESNET = [
+    make("fp16", (32, c, hw, hw), (k, c, f, f), pads=(f // 2, f // 2))
+    for c, hw, k, f in [
+        (64, 56, 64, 3),
+        (128, 28, 128, 3),
+        (256, 14, 256, 3),
+        (512, 7, 512, 3),
+        (64, 56, 256, 1),
+        (1024, 14, 512, 1),
+        (512, 7, 2048, 1),
+    ]
+]
+ODD = make("bf16", (3, 24, 9, 11), (40, 24, 2, 3), pads=(1, 0), strides=(2, 2), dilations=(2, 1))
+
+
+# ---- applicability -------------------------------------------------------------------------------
+def test_applicability():
+    assert SOLVER.is_applicable(CTX, RESNET[0]) is None
+    assert SOLVER.is_applicable(CTX, ODD) is None
+    assert "cuda" in SOLVER.is_applicable(fake_ctx("opencl"), RESNET[0])
+    reasons = {
+        "direction": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), "B", pads=(1, 1)),
+        "dtype": make("fp32", (2, 16, 8, 8), (16, 16, 3, 3), pads=(1, 1)),
+        "groups": make("fp16", (2, 16, 8, 8), (16, 8, 3, 3), pads=(1, 1), groups=2),
+        "NHWC": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), layouts=("NCHW",) * 3, pads=(1, 1)),
+        "multiples of 8": make("fp16", (2, 12, 8, 8), (16, 12, 3, 3), pads=(1, 1)),
+        "3-d": make("fp16", (1, 8, 2, 4, 4), (8, 8, 1, 3, 3), layouts=("NDHWC",) * 3, pads=(0, 1, 1)),
+    }
+    for word, problem in reasons.items():
+        reason = SOLVER.is_applicable(CTX, problem.conv_view())
+        assert reason is not None and word in reason, (word, reason)
+    mixed = make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), layouts=("NHWC", "NCHW", "NHWC"), pads=(1, 1))
+    assert "w is not packed NHWC" in SOLVER.is_applicable(CTX, mixed)
+
+
+def test_registered_first_as_an_implicit_gemm_solver():
+    assert isinstance(by_name("ConvIgemmFwdNhwc"), ConvIgemmFwdNhwc)
+    assert isinstance(by_name(str(SOLVER.id)), ConvIgemmFwdNhwc)
+    assert len({s.id for s in CONV_SOLVERS}) == len(CONV_SOLVERS)
+    assert CONV_SOLVERS[0].name == "ConvIgemmFwdNhwc"
+    assert SOLVER.tunable and SOLVER.algorithm == "implicit_gemm"
+
+
+# ---- configs -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("problem", RESNET + [ODD], ids=lambda p: p.key())
+def test_search_space_and_default(problem):
+    space = list(SOLVER.search_space(CTX, problem))
+    assert len(space) >= 20
+    assert len({json.dumps(c, sort_keys=True) for c in space}) == len(space)
+    for config in space:
+        assert SOLVER.is_valid_config(CTX, problem, config), config
+        assert SOLVER.is_valid_config(CTX, problem, json.loads(json.dumps(config)))  # a DB round trip
+        assert smem_bytes(config) <= 48 * 1024 and 64 <= threads(config) <= 256
+    default = SOLVER.default_config(CTX, problem)
+    assert SOLVER.is_valid_config(CTX, problem, default)
+    k = problem.w.lens[0]
+    if grid_blocks(problem, PREFERRED[-1]) >= 132:  # a default that leaves SMs idle only when forced
+        assert grid_blocks(problem, default) >= 132, default
+    assert default["bn"] <= max(64, k)
+
+
+def test_default_config_follows_the_problem():
+    big_k = SOLVER.default_config(CTX, RESNET[1])
+    small_k = SOLVER.default_config(CTX, RESNET[0])
+    tiny = SOLVER.default_config(CTX, RESNET[3])  # 7x7 images: 1568 rows, few tiles
+    assert (big_k["bm"], big_k["bn"]) == (128, 128)
+    assert (small_k["bm"], small_k["bn"]) == (128, 64)
+    assert tiny["bm"] * tiny["bn"] < 128 * 128 and grid_blocks(RESNET[3], tiny) >= 132
+    few_cus = SOLVER.default_config(fake_ctx(compute_units=8), RESNET[3])
+    assert (few_cus["bm"], few_cus["bn"]) == (128, 128)
+    small_smem = fake_ctx(local_mem_size=16384)
+    cfg = SOLVER.default_config(small_smem, RESNET[0])
+    assert SOLVER.is_valid_config(small_smem, RESNET[0], cfg)
+
+
+def test_is_valid_config_rejects_garbage():
+    good = dict(PREFERRED[0])
+    assert SOLVER.is_valid_config(CTX, ODD, good)
+    bad_values = [None, [], "bm=128", 7, {}, list(good.items()), {**good, "extra": 1}]
+    bad_values.append({k: v for k, v in good.items() if k != "stages"})
+    for field in FIELDS:
+        bad_values += [
+            {**good, field: str(good[field])},
+            {**good, field: float(good[field])},
+            {**good, field: True},
+            {**good, field: None},
+            {**good, field: 0},
+            {**good, field: -good[field]},
+            {**good, field: 3 if 3 not in DOMAIN[field] else 7},
+            {**good, field: max(DOMAIN[field]) * 2},
+        ]
+    bad_values += [
+        {**good, "warps_m": 4, "bm": 32},  # warp tile of 8 rows
+        {**good, "bm": 256, "bn": 256},  # 128 x 128 per warp: spills
+        {**good, "stages": 4},  # 64 KB of shared memory
+        {**good, "bm": 32, "bn": 32, "warps_m": 1, "warps_n": 1},  # 32 threads
+    ]
+    for config in bad_values:
+        assert not SOLVER.is_valid_config(CTX, ODD, config), config
+    assert not SOLVER.is_valid_config(fake_ctx(local_mem_size=32768), ODD, good)
+    assert not SOLVER.is_valid_config(fake_ctx(max_work_group_size=64), ODD, good)
+
+
+def test_launch_geometry():
+    problem = ODD.conv_view()
+    config = {"bm": 64, "bn": 32, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2}
+    solution = SOLVER.get_solution(CTX, problem, config)
+    (spec,) = solution.kernels
+    n, k, ho, wo = 3, 40, *problem.y.lens[2:]
+    blocks = -(-(n * ho * wo) // 64) * -(-k // 32)
+    assert spec.local_size == (128,) and spec.global_size == (blocks * 128,)
+    defines = dict(spec.defines)
+    assert defines["MIOPY_DTYPE"] == 2
+    assert all(defines[f"IG_{f.upper()}"] == v for f, v in config.items())
+    shape = {"N": 3, "C": 24, "H": 9, "W": 11, "K": 40, "R": 2, "S": 3, "P": ho, "Q": wo}
+    assert all(defines[f"IG_{name}"] == v for name, v in shape.items())
+    assert (defines["IG_PH"], defines["IG_PW"], defines["IG_SH"], defines["IG_DH"]) == (1, 0, 2, 2)
+    assert solution.workspace == 0 and solution.config == config
+    with pytest.raises(BadParm):
+        SOLVER.get_solution(CTX, problem, {**config, "bm": 48})
+
+
+def _nvrtc_reason() -> str | None:
+    try:
+        from miopy.backends import cuda
+
+        cuda.nvrtc_version()
+    except Exception as exc:
+        return f"NVRTC unavailable: {exc}"
+    return None
+
+
+@pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
+def test_sample_of_configs_compiles_for_sm90():
+    """NVRTC builds the kernel of the default and of a spread of the search space (no GPU)."""
+    from miopy.backends.base import KERNEL_ROOT
+    from miopy.backends.cuda import compile_cubin
+
+    source = (KERNEL_ROOT / "cuda" / "igemm_fwd.cu").read_text()
+    rng = np.random.default_rng(5)
+    for problem in (RESNET[0], ODD):
+        space = list(SOLVER.search_space(CTX, problem))
+        picks = [SOLVER.default_config(CTX, problem), space[0], space[-1]]
+        picks += [space[i] for i in rng.choice(len(space), 2, replace=False)]
+        for config in picks:
+            (spec,) = SOLVER.get_solution(CTX, problem, config).kernels
+            cubin = compile_cubin(source, "igemm_fwd.cu", spec.options(), arch="sm_90")
+            assert cubin[:4] == b"\x7fELF" and b"igemm_fwd" in cubin, config
+
+
+# ---- on a GPU: against the reference ------------------------------------------------------------
+_WHY = backends.unavailable_reason("cuda")
+
+
+@pytest.fixture(scope="module")
+def handle():
+    from miopy.handle import Handle
+
+    return Handle("cuda")
+
+
+def check(handle, problem: ConvProblem, rng, config=None) -> float:
+    view_ = problem.conv_view()
+    assert SOLVER.is_applicable(handle, view_) is None, SOLVER.is_applicable(handle, view_)
+    solution = SOLVER.get_solution(handle, view_, config)
+    solution.problem = problem
+    return support.check(handle, solution, rng)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_igemm_random_problems(handle, dtype):
+    """Default configs on random problems: channels, sizes, filters, strides, padding, dilation."""
+    rng = np.random.default_rng({"fp16": 41, "bf16": 42}[dtype])
+    done = 0
+    while done < 10:
+        c, k = 8 * int(rng.integers(1, 9)), 8 * int(rng.integers(1, 25))
+        try:
+            problem = make(
+                dtype,
+                (int(rng.integers(1, 5)), c, *rng.integers(1, 20, 2)),
+                (k, c, *rng.integers(1, 6, 2)),
+                pads=tuple(rng.integers(0, 3, 2)),
+                strides=tuple(rng.integers(1, 4, 2)),
+                dilations=tuple(rng.integers(1, 3, 2)),
+            )
+        except ValueError:
+            continue
+        check(handle, problem, rng)
+        done += 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_igemm_search_space_sample(handle):
+    """A spread of the search space on a problem with partial tiles in M, N and the reduction."""
+    problem = make("fp16", (3, 40, 13, 15), (72, 40, 3, 3), pads=(1, 2), strides=(1, 2), dilations=(2, 1))
+    space = list(SOLVER.search_space(handle, problem))
+    rng = np.random.default_rng(43)
+    picks = {0, len(space) - 1, *rng.choice(len(space), 14, replace=False).tolist()}
+    for i in sorted(picks):
+        check(handle, problem, rng, space[i])
+    for config in PREFERRED:
+        check(handle, problem, rng, dict(config))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_igemm_larger_layers(handle):
+    """ResNet-like shapes, smaller batches: 3x3 and 1x1, and a strided 3x3 and 1x1."""
+    rng = np.random.default_rng(44)
+    for problem in (
+        make("fp16", (2, 64, 28, 28), (64, 64, 3, 3), pads=(1, 1)),
+        make("bf16", (2, 256, 14, 14), (128, 256, 1, 1), pads=(0, 0)),
+        make("fp16", (2, 128, 28, 28), (128, 128, 3, 3), pads=(1, 1), strides=(2, 2)),
+        make("bf16", (2, 256, 28, 28), (512, 256, 1, 1), pads=(0, 0), strides=(2, 2)),
+    ):
+        check(handle, problem, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_igemm_transposed_problem(handle):
+    """Backward data of a transposed convolution runs as a forward convolution in its conv view."""
+    rng = np.random.default_rng(45)
+    x = TensorDesc("fp16", (2, 16, 5, 6), layout="NHWC")
+    w = TensorDesc("fp16", (16, 24, 3, 3), layout="NHWC")
+    problem = ConvProblem.create(x, w, ConvDesc((1, 1), (2, 2), mode="trans", trans_output_pads=(1, 0)), "B")
+    check(handle, problem, rng)
