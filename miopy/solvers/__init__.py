@@ -17,8 +17,8 @@ from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 
 CONV_SOLVERS: list[Solver] = [
-    ConvIgemmFwdNhwc(),
     GemmFwd1x1_0_1(),
+    ConvIgemmFwdNhwc(),
     GemmFwdRest(),
     GemmBwd1x1_stride1(),
     GemmBwdRest(),
