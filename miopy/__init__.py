@@ -12,8 +12,9 @@ from miopy.errors import (
     UnsupportedOp,
 )
 from miopy.handle import Handle
+from miopy.problem.base import Problem
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import InvokeArgs, KernelSpec, Program, Solution
 from miopy.tensor import DataType, TensorDesc
 
 
@@ -42,9 +43,12 @@ __all__ = [
     "FindOptions",
     "Handle",
     "InternalError",
+    "InvokeArgs",
     "KernelSpec",
     "MiopyError",
     "NotImplementedStatus",
+    "Problem",
+    "Program",
     "Solution",
     "TensorDesc",
     "UnsupportedOp",

@@ -1,4 +1,5 @@
-"""Handle: the backend, its device info, the kernel cache, the DBs and the invoker cache."""
+"""Handle: the backend, its device info, the kernel cache, the DBs and the invoker cache. It
+compiles and runs solutions of any primitive; it knows neither the engine nor the solvers."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import numpy as np
 
 from miopy import arrays, backends, bounds, config, log
 from miopy.errors import BadParm, bad
-from miopy.logging_cmd import log_conv_command
-from miopy.solution import CompiledKernel, Invoker, KernelSpec, Solution
+from miopy.invoker import ProgramInvoker
+from miopy.logging_cmd import log_command
+from miopy.solution import InvokeArgs, KernelSpec, Solution
 
 _log = log.get("miopy.handle")
 
@@ -26,7 +28,7 @@ class Handle:
         self.backend = backends.create(name, device)
         self.info = self.backend.info
         self._programs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
-        self._invokers: dict[tuple[str, str, str], Invoker] = {}
+        self._invokers: dict[tuple[str, str, str, str], bounds.CheckedInvoker] = {}
         self._lock = threading.RLock()
         self._cache_lock = threading.Lock()  # compiles run in threads; the cache file is not shared
         self._kernel_cache = None
@@ -75,7 +77,7 @@ class Handle:
         return self._find_db
 
     # ---- kernels ----------------------------------------------------------------------------------
-    def compile(self, spec: KernelSpec) -> CompiledKernel:
+    def compile(self, spec: KernelSpec) -> Any:
         """In-process program cache -> system .kdb -> user kernel cache -> compiler."""
         from miopy.db.kernel_cache import KernelKey
 
@@ -112,20 +114,23 @@ class Handle:
                 kernel = self.backend.load(binary, spec.name)
             with self._lock:
                 self._programs[program_key] = kernel
-        return CompiledKernel(spec, kernel)
+        return kernel
 
-    def prepare_invoker(self, solution: Solution) -> Invoker:
-        """Compile the solution's kernels and build its invoker, cached by
-        (network config with every tensor's strides, solver, config) as MIOpen's invoker cache.
-        The invoker checks, before each launch, that the buffers hold what its kernels touch."""
-        key = (solution.problem.invoker_key(), solution.solver, solution.config_key())
+    def prepare_invoker(self, solution: Solution) -> bounds.CheckedInvoker:
+        """Compile the solution's kernels and build its invoker, cached by (primitive, invoker key
+        (the network config with every tensor's strides), solver, config) as MIOpen's invoker
+        cache. The invoker checks, before each launch, that the buffers hold what its kernels
+        touch."""
+        problem = solution.problem
+        key = (problem.primitive, problem.invoker_key(), solution.solver, solution.config_key())
         with self._lock:
             invoker = self._invokers.get(key)
         if invoker is None:
             need = bounds.required_bytes(solution)  # before building: a region outside is a bug
-            kernels = [self.compile(spec) for spec in solution.kernels]
+            program = solution.program
+            kernels = {spec: self.compile(spec) for spec in program.kernels}
             invoker = bounds.CheckedInvoker(
-                solution.invoker_factory(self.backend, kernels), need, self.backend
+                ProgramInvoker(self.backend, program, kernels), need, self.backend
             )
             with self._lock:
                 self._invokers[key] = invoker
@@ -152,18 +157,27 @@ class Handle:
             raise bad(field, f"buffer of {size} bytes", f"the tensor needs {nbytes} bytes")
         return wrapped, None
 
-    def run_solution(self, solution: Solution, tensors: dict[str, Any], workspace: Any = None) -> None:
+    def run_solution(
+        self,
+        solution: Solution,
+        tensors: dict[str, Any],
+        workspace: Any = None,
+        scalars: dict[str, float] | None = None,
+    ) -> None:
+        """Run ``solution`` on ``tensors`` by role; NumPy outputs are written back."""
         problem = solution.problem
+        descs = problem.tensors()
         if not isinstance(tensors, dict):
-            raise BadParm(f"tensors={type(tensors).__name__}: expected a dict with x, w and y")
-        log_conv_command(problem, self._solver_id(solution.solver))
-        descs = {"x": problem.x, "w": problem.w, "y": problem.y}
+            raise BadParm(f"tensors={type(tensors).__name__}: expected a dict with {', '.join(descs)}")
+        if scalars is not None and not isinstance(scalars, dict):
+            raise BadParm(f"scalars={type(scalars).__name__}: expected a dict of numbers by name")
+        log_command(problem, solution.solver_id)
         missing = [r for r in descs if tensors.get(r) is None]
         if missing:
-            raise BadParm(f"tensors: missing {', '.join(missing)} (need x, w and y)")
+            raise BadParm(f"tensors: missing {', '.join(missing)} (need {', '.join(descs)})")
         bufs, hosts = {}, {}
         for role, desc in descs.items():
-            output = role == problem.output_role
+            output = role in problem.outputs
             bufs[role], hosts[role] = self.buffer(tensors[role], desc.nbytes, role, desc, output)
         ws = None
         if solution.workspace:
@@ -172,19 +186,11 @@ class Handle:
             else:
                 ws, _ = self.buffer(workspace, solution.workspace, "workspace")
         invoker = self.prepare_invoker(solution)
-        view_args = {view_role: bufs[user_role] for view_role, user_role in problem.roles.items()}
-        invoker(view_args, ws)
-        out = problem.output_role
-        if hosts[out] is not None:
-            self.backend.download(bufs[out], hosts[out])
+        invoker(InvokeArgs(bufs, ws, scalars or {}))
+        for out in problem.outputs:
+            if hosts[out] is not None:
+                self.backend.download(bufs[out], hosts[out])
         self.backend.synchronize()
-
-    @staticmethod
-    def _solver_id(name: str) -> int | None:
-        from miopy.solvers import by_name
-
-        solver = by_name(name)
-        return solver.id if solver is not None else None
 
     def __repr__(self) -> str:
         return f"Handle({self.backend_name}, {self.info.name}, {self.db_basename})"

@@ -1,16 +1,30 @@
-"""What a solver hands back: kernels to build (data), a workspace size, and an invoker factory."""
+"""What a solver describes and the engine hands back: data only, no code.
+
+A solver's work is a ``Program``: an ordered list of steps, each a kernel launch (``Launch``)
+whose arguments name tensors by role (``Tensor``), the workspace (``Workspace``), run-time
+scalars (``Scalar``) or are plain values (shape numbers, offsets: NumPy scalars), or a library
+call (``Gemm``: the backend's vendor GEMM). One generic invoker (miopy/invoker.py) runs any
+program with ``InvokeArgs``: tensors by role, a workspace, and scalars by name (alpha, beta,
+gamma, epsilon, momentum...). A multi-step solution (transform, GEMM, transform; statistics then
+normalise) is just a longer list, and fusing means joining lists.
+
+The engine wraps a program into a ``Solution`` once (solver, config, problem, roles mapped from
+the solver's view to the user's problem) and never changes it afterwards; find returns copies
+with their time.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from miopy.errors import BadParm
+
 if TYPE_CHECKING:
-    from miopy.backends.base import Backend
-    from miopy.handle import Handle
-    from miopy.problem.conv import ConvProblem
+    from miopy.problem.base import Problem
 
 
 @dataclass(frozen=True)
@@ -37,48 +51,186 @@ class KernelSpec:
         return [f"-D{k}={v}" for k, v in self.defines]
 
 
-@dataclass
-class CompiledKernel:
+# ---- arguments of a step -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tensor:
+    """The buffer of a tensor, by role ("x", "w", "y", "dy", ...)."""
+
+    role: str
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The solution's workspace buffer (offsets into it are plain arguments beside it: OpenCL
+    sub-buffers must be aligned, so kernels take element offsets)."""
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A run-time scalar by name (alpha, beta, gamma, epsilon, momentum...), passed as ``dtype``;
+    ``default`` when the caller gives none."""
+
+    name: str
+    dtype: str = "float32"
+    default: float = 0.0
+
+
+# ---- steps ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch; ``global_size`` / ``local_size`` default to the spec's."""
+
     spec: KernelSpec
-    kernel: Any  # the backend's launchable object
-
-    def launch(self, backend: Backend, args: list[Any], global_size=None, local_size=None) -> None:
-        backend.launch(
-            self.kernel, global_size or self.spec.global_size, local_size or self.spec.local_size, args
-        )
+    args: tuple[Any, ...]
+    global_size: tuple[int, ...] | None = None
+    local_size: tuple[int, ...] | None = None
 
 
-# invoker(args by conv-view role: {"x": buf, "w": buf, "y": buf}, workspace buffer or None)
-Invoker = Callable[[dict[str, Any], Any], None]
-InvokerFactory = Callable[["Backend", list[CompiledKernel]], Invoker]
+@dataclass(frozen=True)
+class Gemm:
+    """A vendor GEMM (``Backend.gemm``), row-major: for each of ``batch`` matrices,
+    C[m, n] = op(A)[m, k] @ op(B)[k, n]. Operands are Tensor or Workspace references; offsets,
+    leading dimensions and batch strides are in elements of ``dtype`` (a miopy DataType)."""
+
+    dtype: Any
+    trans_a: bool
+    trans_b: bool
+    m: int
+    n: int
+    k: int
+    a: Tensor | Workspace
+    a_offset: int
+    lda: int
+    b: Tensor | Workspace
+    b_offset: int
+    ldb: int
+    c: Tensor | Workspace
+    c_offset: int
+    ldc: int
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
 
 
-@dataclass
+Step = Launch | Gemm
+
+
+def _rename(arg: Any, roles: Mapping[str, str]) -> Any:
+    return Tensor(roles.get(arg.role, arg.role)) if isinstance(arg, Tensor) else arg
+
+
+@dataclass(frozen=True)
+class Program:
+    """A solution's work: ``steps`` run in order, with a workspace of ``workspace`` bytes.
+    ``notes`` are facts about it for callers (e.g. {"vendor_gemm": True}), never read by the
+    invoker."""
+
+    steps: tuple[Step, ...]
+    workspace: int = 0
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "steps", tuple(self.steps))
+
+    @property
+    def kernels(self) -> list[KernelSpec]:
+        """Every kernel the program launches, once each, in order of first use."""
+        out: list[KernelSpec] = []
+        for step in self.steps:
+            if isinstance(step, Launch) and step.spec not in out:
+                out.append(step.spec)
+        return out
+
+    def with_roles(self, roles: Mapping[str, str]) -> Program:
+        """The same program with tensor roles renamed (a solver's view -> the user's problem)."""
+        if all(k == v for k, v in roles.items()):
+            return self
+        steps: list[Step] = []
+        for step in self.steps:
+            if isinstance(step, Launch):
+                steps.append(dataclasses.replace(step, args=tuple(_rename(a, roles) for a in step.args)))
+            else:
+                steps.append(
+                    dataclasses.replace(
+                        step, a=_rename(step.a, roles), b=_rename(step.b, roles), c=_rename(step.c, roles)
+                    )
+                )
+        return dataclasses.replace(self, steps=tuple(steps))
+
+
+@dataclass(frozen=True)
+class InvokeArgs:
+    """What an invoker runs on: device buffers by role, the workspace, scalars by name."""
+
+    tensors: Mapping[str, Any]
+    workspace: Any = None
+    scalars: Mapping[str, float] = field(default_factory=dict)
+
+
+# ---- solutions -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
 class Solution:
-    """A way to compute one problem. ``problem`` is the user's problem; solvers see its
-    ``conv_view()``. ``time_ms`` is filled in by find (or the find DB)."""
+    """A way to compute one problem, built once by the engine. ``problem`` is the user's problem
+    and ``program`` uses its roles. ``time_ms`` comes from find (or the find DB)."""
 
     solver: str
+    solver_id: int | None
     algorithm: str
-    problem: ConvProblem
-    kernels: list[KernelSpec]
-    workspace: int
-    invoker_factory: InvokerFactory
-    config: dict[str, Any] | None = None
-    time_ms: float | None = None
+    problem: Problem
+    program: Program
+    config: Mapping[str, Any] | None = None
     dynamic: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    time_ms: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def primitive(self) -> str:
+        return self.problem.primitive
+
+    @property
+    def workspace(self) -> int:
+        return self.program.workspace
+
+    @property
+    def kernels(self) -> list[KernelSpec]:
+        return self.program.kernels
 
     def config_key(self) -> str:
         return json.dumps(self.config, sort_keys=True) if self.config else ""
 
-    def run(self, handle: Handle, tensors: dict[str, Any], workspace: Any = None) -> None:
-        """Run on ``tensors`` = {"x": .., "w": .., "y": ..} (NumPy arrays, device arrays or buffers)."""
-        from miopy.engine.candidates import check_handle
+    def with_time(self, time_ms: float | None) -> Solution:
+        return dataclasses.replace(self, time_ms=time_ms)
 
-        check_handle(handle).run_solution(self, tensors, workspace)
+    def run(
+        self,
+        handle: Any,
+        tensors: dict[str, Any],
+        workspace: Any = None,
+        scalars: Mapping[str, float] | None = None,
+    ) -> None:
+        """Run on ``tensors`` by role (NumPy arrays, device arrays or buffers); NumPy outputs are
+        written back."""
+        run = getattr(handle, "run_solution", None)
+        if run is None:
+            raise BadParm(f"handle={type(handle).__name__}: expected a miopy Handle")
+        run(self, tensors, workspace, scalars)
 
     def __repr__(self) -> str:
         t = f", {self.time_ms:.4f} ms" if self.time_ms is not None else ""
-        cfg = f", config={self.config}" if self.config else ""
+        cfg = f", config={dict(self.config)}" if self.config else ""
         return f"Solution({self.solver}, {self.algorithm}, workspace={self.workspace}{t}{cfg})"
+
+
+__all__ = [
+    "Gemm",
+    "InvokeArgs",
+    "KernelSpec",
+    "Launch",
+    "Program",
+    "Scalar",
+    "Solution",
+    "Step",
+    "Tensor",
+    "Workspace",
+]

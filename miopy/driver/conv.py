@@ -26,7 +26,7 @@ from miopy.driver.cli import (
     wants_help,
 )
 from miopy.errors import BadParm, NotImplementedStatus
-from miopy.logging_cmd import SUBCOMMAND
+from miopy.problem.conv import DRIVER_SUBCOMMAND as SUBCOMMAND
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
 from miopy.reference.tolerance import tolerance as shared_tolerance
@@ -444,7 +444,6 @@ def _run_direction(
 ) -> bool:
     """Choose, run, time and verify one direction; False when verification failed."""
     from miopy.engine.find import time_solution
-    from miopy.solvers import by_name
 
     run_name, verify_name, _, dump_name = _NAMES[problem.direction]
     role = problem.output_role
@@ -452,8 +451,7 @@ def _run_direction(
     host = dict(inputs)
     host[role] = np.zeros(desc.element_space, dtype=desc.dtype.storage)
     solution = _choose(handle, problem, values, host)
-    solver = by_name(solution.solver)
-    solver_id = solver.id if solver is not None else -1
+    solver_id = solution.solver_id if solution.solver_id is not None else -1
     algo = ALGORITHM_IDS.get(solution.algorithm, -1)
     print(f"MIOpen {run_name} Algorithm: {algo}, Solution: {solver_id}/{solution.solver}", file=out)
     out.flush()

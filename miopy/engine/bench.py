@@ -11,7 +11,7 @@ import numpy as np
 
 from miopy import log
 from miopy.errors import MiopyError
-from miopy.solution import Solution
+from miopy.solution import InvokeArgs, Solution
 
 _log = log.get("miopy.engine.bench")
 
@@ -19,12 +19,11 @@ _log = log.get("miopy.engine.bench")
 counters = {"benchmarks": 0}
 
 
-def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> tuple[dict, Any]:
-    """Scratch device buffers for a timing run, by conv-view role, and a workspace.
+def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> InvokeArgs:
+    """Scratch device buffers for a timing run, by role, and a workspace.
 
     The caller's tensors are copied (never written): find must leave them as they were."""
-    problem = solution.problem
-    descs = {"x": problem.x, "w": problem.w, "y": problem.y}
+    descs = solution.problem.tensors()
     bufs = {}
     for role, desc in descs.items():
         given = None if tensors is None else tensors.get(role)
@@ -38,7 +37,7 @@ def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> t
             bufs[role] = handle.backend.alloc(desc.nbytes)
             handle.backend.copy(bufs[role], src, desc.nbytes)
     workspace = handle.backend.alloc(solution.workspace) if solution.workspace else None
-    return {view: bufs[user] for view, user in problem.roles.items()}, workspace
+    return InvokeArgs(bufs, workspace)
 
 
 def time_solution(
@@ -46,26 +45,25 @@ def time_solution(
     solution: Solution,
     tensors: dict[str, Any] | None = None,
     runs: int = 5,
-    prepared: tuple[dict, Any] | None = None,
+    prepared: InvokeArgs | None = None,
 ) -> list[float]:
     """Device-event time (ms) of each of ``runs`` runs of ``solution``."""
     invoker = handle.prepare_invoker(solution)
-    args, workspace = prepared or device_args(handle, solution, tensors)
+    args = prepared or device_args(handle, solution, tensors)
     counters["benchmarks"] += 1
-    return handle.backend.time_ms(lambda: invoker(args, workspace), runs)
+    return handle.backend.time_ms(lambda: invoker(args), runs)
 
 
 def median_time(
-    handle, solution: Solution, prepared: tuple[dict, Any], runs: int = 5, budget_ms: float = 2000.0
+    handle, solution: Solution, prepared: InvokeArgs, runs: int = 5, budget_ms: float = 2000.0
 ) -> float:
     """Median of up to ``runs`` timed runs after one warm-up, fewer when a run is slow (MIOpen
     likewise caps find's runs by time)."""
     invoker = handle.prepare_invoker(solution)
-    args, workspace = prepared
     counters["benchmarks"] += 1
-    (warm,) = handle.backend.time_ms(lambda: invoker(args, workspace), 1)
+    (warm,) = handle.backend.time_ms(lambda: invoker(prepared), 1)
     runs = max(1, min(runs, int(budget_ms / max(warm, 1e-3))))
-    return float(statistics.median(handle.backend.time_ms(lambda: invoker(args, workspace), runs)))
+    return float(statistics.median(handle.backend.time_ms(lambda: invoker(prepared), runs)))
 
 
 def compile_all(handle, solutions: list[Solution]) -> list[Solution]:

@@ -1,4 +1,6 @@
-"""Which solvers may run a problem, and with which config: shared by find, immediate mode and tuning."""
+"""Which solvers may run a problem, and with which config; building solutions. Shared by find,
+immediate mode and tuning, for every primitive: the problem names its primitive, the registry
+gives that primitive's ordered solvers."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ from typing import Any
 from miopy import config, log
 from miopy.errors import BadParm
 from miopy.handle import Handle
-from miopy.problem.conv import ConvProblem
+from miopy.problem.base import Problem
 from miopy.solution import Solution
-from miopy.solvers import CONV_SOLVERS, Solver, by_name
+from miopy.solvers import Solver, by_name, solvers_for
 
 _log = log.get("miopy.engine")
 
@@ -20,19 +22,24 @@ def check_handle(handle: Any) -> Handle:
     return handle
 
 
-def check_problem(problem: Any) -> ConvProblem:
-    if not isinstance(problem, ConvProblem):
-        raise BadParm(f"problem={type(problem).__name__}: expected a ConvProblem")
+def check_problem(problem: Any) -> Problem:
+    if not isinstance(problem, Problem):
+        raise BadParm(f"problem={type(problem).__name__}: expected a problem (ConvProblem, ...)")
     return problem
 
 
-def applicable(handle, problem: ConvProblem, dynamic_only: bool = False) -> list[Solver]:
-    """Registry order, filtered by applicability and MIOPY_DEBUG_FIND_ONLY_SOLVER."""
+def allowed(solver: Solver) -> bool:
+    """MIOPY_DEBUG_FIND_ONLY_SOLVER."""
     only = config.find_only_solvers()
-    view = problem.conv_view()
+    return only is None or solver.name in only or str(solver.id) in only
+
+
+def applicable(handle, problem: Problem, dynamic_only: bool = False) -> list[Solver]:
+    """The primitive's registry order, filtered by applicability and MIOPY_DEBUG_FIND_ONLY_SOLVER."""
+    view = problem.solver_view()
     out = []
-    for solver in CONV_SOLVERS:
-        if only is not None and solver.name not in only and str(solver.id) not in only:
+    for solver in solvers_for(problem):
+        if not allowed(solver):
             continue
         if dynamic_only and not solver.dynamic:
             _log.debug("%s: skipped, not dynamic", solver.name)
@@ -45,12 +52,12 @@ def applicable(handle, problem: ConvProblem, dynamic_only: bool = False) -> list
     return out
 
 
-def stored_config(handle, problem: ConvProblem, solver: Solver) -> dict | None:
+def stored_config(handle, problem: Problem, solver: Solver) -> dict | None:
     """The perf DB's config for this solver, if valid; an invalid one warns and gives None."""
     if not solver.tunable:
         return None
-    view = problem.conv_view()
-    record = handle.perf_db.load(view.key(), solver.name)
+    view = problem.solver_view()
+    record = handle.perf_db.load(view.key(), solver.name, primitive=problem.primitive)
     if record is None:
         return None
     if solver.is_valid_config(handle, view, record):
@@ -64,31 +71,40 @@ def stored_config(handle, problem: ConvProblem, solver: Solver) -> dict | None:
     return None
 
 
-def make_solution(handle, problem: ConvProblem, solver: Solver, cfg: dict | None = None) -> Solution:
-    """The solver's solution for the user's problem; tunable solvers get ``cfg``, else the perf DB's
-    config, else their default."""
-    view = problem.conv_view()
+def make_solution(
+    handle, problem: Problem, solver: Solver, cfg: dict | None = None, time_ms: float | None = None
+) -> Solution:
+    """The solver's solution for the user's problem, built once; tunable solvers get ``cfg``,
+    else the perf DB's config, else their default."""
+    view = problem.solver_view()
     if solver.tunable:
         if cfg is None:
             cfg = stored_config(handle, problem, solver) or solver.default_config(handle, view)
         elif not solver.is_valid_config(handle, view, cfg):
             raise BadParm(f"config={cfg!r}: not a valid config of {solver.name} for this problem")
+        cfg = dict(cfg)
     else:
         cfg = None
-    solution = solver.get_solution(handle, view, cfg)
-    solution.problem = problem
-    solution.config = cfg
-    solution.dynamic = solver.dynamic
-    solution.solver = solver.name
-    solution.algorithm = solver.algorithm
-    return solution
+    program = solver.get_program(handle, view, cfg).with_roles(problem.view_roles())
+    return Solution(
+        solver=solver.name,
+        solver_id=solver.id,
+        algorithm=solver.algorithm,
+        problem=problem,
+        program=program,
+        config=cfg,
+        dynamic=solver.dynamic,
+        time_ms=time_ms,
+        extra=dict(program.notes),
+    )
 
 
-def resolve_solver(handle, problem: ConvProblem, name: str | int) -> Solver:
-    solver = by_name(str(name))
+def resolve_solver(handle, problem: Problem, name: str | int) -> Solver:
+    solver = by_name(str(name), problem.primitive)
     if solver is None:
-        raise BadParm(f"solver={name!r}: unknown solver (known: {', '.join(s.name for s in CONV_SOLVERS)})")
-    reason = solver.is_applicable(handle, problem.conv_view())
+        known = ", ".join(s.name for s in solvers_for(problem))
+        raise BadParm(f"solver={name!r}: unknown solver (known: {known})")
+    reason = solver.is_applicable(handle, problem.solver_view())
     if reason is not None:
         raise BadParm(f"solver={solver.name!r}: not applicable: {reason}")
     return solver

@@ -12,10 +12,17 @@ from typing import Any
 from miopy import config, log
 from miopy.db.find_db import FindRecord
 from miopy.engine import bench, tune
-from miopy.engine.candidates import applicable, check_handle, check_problem, make_solution, resolve_solver
+from miopy.engine.candidates import (
+    allowed,
+    applicable,
+    check_handle,
+    check_problem,
+    make_solution,
+    resolve_solver,
+)
 from miopy.errors import BadParm, InternalError, MiopyError
-from miopy.logging_cmd import log_conv_command
-from miopy.problem.conv import ConvProblem
+from miopy.logging_cmd import log_command
+from miopy.problem.base import Problem
 from miopy.solution import Solution
 from miopy.solvers import by_name
 
@@ -47,45 +54,44 @@ def _rank(solutions: list[Solution], options: FindOptions) -> list[Solution]:
     return sorted(solutions, key=lambda s: s.time_ms if s.time_ms is not None else float("inf"))
 
 
-def _from_find_db(handle, problem: ConvProblem) -> list[Solution] | None:
+def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
     """Solutions from the find DB record, dropping solvers that are gone or no longer applicable."""
     if config.disable_find_db():
         return None
-    records = handle.find_db.load(problem.key())
+    records = handle.find_db.load(problem.key(), primitive=problem.primitive)
     if not records:
         return None
-    only = config.find_only_solvers()
-    view = problem.conv_view()
+    view = problem.solver_view()
     out = []
     for rec in records:
-        solver = by_name(rec.solver)
-        if solver is None or (only is not None and solver.name not in only and str(solver.id) not in only):
+        solver = by_name(rec.solver, problem.primitive)
+        if solver is None or not allowed(solver):
             continue
         if solver.is_applicable(handle, view) is not None:
             continue
         cfg = rec.config if solver.tunable and solver.is_valid_config(handle, view, rec.config) else None
         try:
-            solution = make_solution(handle, problem, solver, cfg)
+            solution = make_solution(handle, problem, solver, cfg, time_ms=rec.time_ms)
         except MiopyError as exc:
             _log.warning("find DB record for %s is unusable (%s); ignored", solver.name, exc)
             continue
-        solution.time_ms = rec.time_ms
         out.append(solution)
     return out or None
 
 
-def _store(handle, problem: ConvProblem, ranked: list[Solution]) -> None:
+def _store(handle, problem: Problem, ranked: list[Solution]) -> None:
     if config.disable_find_db():
         return
     ordered = sorted(ranked, key=lambda s: s.time_ms)
     handle.find_db.store(
         problem.key(),
         [FindRecord(s.solver, float(s.time_ms), int(s.workspace), s.algorithm, s.config) for s in ordered],
+        primitive=problem.primitive,
     )
 
 
 def _full_find(
-    handle, problem: ConvProblem, options: FindOptions, tensors, dynamic_only: bool, search: bool
+    handle, problem: Problem, options: FindOptions, tensors, dynamic_only: bool, search: bool
 ) -> list[Solution]:
     solvers = applicable(handle, problem, dynamic_only=dynamic_only)
     if not solvers and dynamic_only:
@@ -98,23 +104,27 @@ def _full_find(
     for solver in solvers:
         if (
             options.workspace_limit is not None
-            and solver.workspace_size(handle, problem.conv_view()) > options.workspace_limit
+            and solver.workspace_size(handle, problem.solver_view()) > options.workspace_limit
         ):
             continue
         candidates.append(make_solution(handle, problem, solver))
     candidates = bench.compile_all(handle, candidates)
     if not candidates:
         raise InternalError(f"problem={problem.key()}: every applicable solver failed to build")
-    prepared = bench.device_args(handle, candidates[0], tensors)
+    # one set of buffers for every candidate: its workspace is the largest any of them needs
+    prepared = bench.device_args(handle, max(candidates, key=lambda s: s.workspace), tensors)
+    timed = []
     for solution in candidates:
-        solution.time_ms = bench.median_time(handle, solution, prepared)
+        solution = solution.with_time(bench.median_time(handle, solution, prepared))
         _log.info("find: %s %.4f ms (workspace %d)", solution.solver, solution.time_ms, solution.workspace)
+        timed.append(solution)
+    candidates = timed
     _store(handle, problem, candidates)
     return _rank(candidates, options)
 
 
 def find_solutions(
-    handle, problem: ConvProblem, options: FindOptions | None = None, tensors: dict[str, Any] | None = None
+    handle, problem: Problem, options: FindOptions | None = None, tensors: dict[str, Any] | None = None
 ) -> list[Solution]:
     """Ranked solutions for ``problem`` (Find 2.0). ``tensors`` (optional) are used to time on
     real data; they are copied, never modified."""
@@ -123,7 +133,7 @@ def find_solutions(
     options = FindOptions() if options is None else options
     if not isinstance(options, FindOptions):
         raise BadParm(f"options={type(options).__name__}: expected FindOptions")
-    log_conv_command(problem)
+    log_command(problem)
     mode, enforce = config.find_mode(), config.find_enforce()
     if enforce == "DB_CLEAN":
         tune.clean(handle, problem)
@@ -139,7 +149,7 @@ def find_solutions(
     return _full_find(handle, problem, options, tensors, mode == "DYNAMIC_HYBRID", search)
 
 
-def _immediate_fallback(handle, problem: ConvProblem) -> list[Solution]:
+def _immediate_fallback(handle, problem: Problem) -> list[Solution]:
     """No find DB record: applicable solvers in registry order, untimed."""
     solvers = applicable(handle, problem)
     if not solvers:
@@ -147,11 +157,11 @@ def _immediate_fallback(handle, problem: ConvProblem) -> list[Solution]:
     return [make_solution(handle, problem, s) for s in solvers]
 
 
-def get_solutions(handle, problem: ConvProblem) -> list[Solution]:
+def get_solutions(handle, problem: Problem) -> list[Solution]:
     """Immediate mode: the find DB's ranking when there is one, else the registry order; no timing."""
     check_handle(handle)
     problem = check_problem(problem)
-    log_conv_command(problem)
+    log_command(problem)
     return _from_find_db(handle, problem) or _immediate_fallback(handle, problem)
 
 
@@ -162,10 +172,10 @@ def compile_solution(handle, solution: Solution) -> Solution:
     return solution
 
 
-def solution_for(handle, problem: ConvProblem, solver: str | int, config: dict | None = None) -> Solution:
+def solution_for(handle, problem: Problem, solver: str | int, config: dict | None = None) -> Solution:
     """Immediate mode with one named solver (or id); BadParm says why it cannot run."""
     check_handle(handle)
     problem = check_problem(problem)
     found = resolve_solver(handle, problem, solver)
-    log_conv_command(problem, found.id)
+    log_command(problem, found.id)
     return make_solution(handle, problem, found, config)

@@ -12,7 +12,7 @@ from miopy import log
 from miopy.engine import bench
 from miopy.engine.candidates import applicable, make_solution
 from miopy.errors import MiopyError
-from miopy.problem.conv import ConvProblem
+from miopy.problem.base import Problem
 from miopy.solution import Solution
 from miopy.solvers import Solver
 
@@ -47,7 +47,7 @@ def _progress(items: list) -> Iterable:
 STRATEGIES: dict[str, SearchStrategy] = {"exhaustive": exhaustive}
 
 
-def should_search(handle, problem: ConvProblem, requested: bool, enforce: str) -> bool:
+def should_search(handle, problem: Problem, requested: bool, enforce: str) -> bool:
     """MIOpen's FindEnforce: SEARCH / SEARCH_DB_UPDATE tune even unasked; DB_UPDATE and
     SEARCH_DB_UPDATE tune even when the perf DB already has a record."""
     if enforce == "DB_CLEAN":
@@ -56,19 +56,19 @@ def should_search(handle, problem: ConvProblem, requested: bool, enforce: str) -
         return False
     if enforce in ("DB_UPDATE", "SEARCH_DB_UPDATE"):
         return True
-    view_key = problem.conv_view().key()
+    view_key = problem.solver_view().key()
     tunables = [s for s in applicable(handle, problem) if s.tunable]
-    return any(handle.perf_db.load(view_key, s.name) is None for s in tunables)
+    return any(handle.perf_db.load(view_key, s.name, primitive=problem.primitive) is None for s in tunables)
 
 
-def clean(handle, problem: ConvProblem) -> None:
+def clean(handle, problem: Problem) -> None:
     """DB_CLEAN: forget the user perf DB's records for this problem."""
-    handle.perf_db.remove(problem.conv_view().key())
+    handle.perf_db.remove(problem.solver_view().key(), primitive=problem.primitive)
 
 
 def tune(
     handle,
-    problem: ConvProblem,
+    problem: Problem,
     solvers: list[Solver] | None = None,
     strategy: str | SearchStrategy = "exhaustive",
     tensors: dict[str, Any] | None = None,
@@ -76,7 +76,7 @@ def tune(
     """Search each tunable solver's space for ``problem``; store the winners in the user perf DB.
     Returns {solver name: (best config, ms)}."""
     pick = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
-    view = problem.conv_view()
+    view = problem.solver_view()
     if solvers is None:
         solvers = [s for s in applicable(handle, problem) if s.tunable]
     results = {}
@@ -111,6 +111,6 @@ def tune(
         if best is None:
             continue
         results[solver.name] = best
-        handle.perf_db.store(view.key(), solver.name, best[0])
+        handle.perf_db.store(view.key(), solver.name, best[0], primitive=problem.primitive)
         _log.info("tuned %s: %s %.4f ms", solver.name, best[0], best[1])
     return results

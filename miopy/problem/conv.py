@@ -1,4 +1,5 @@
-"""Convolution: ConvDesc, Direction and ConvProblem (key, network config, flops, bytes)."""
+"""Convolution: ConvDesc, Direction and ConvProblem (key, network config, flops, bytes, the driver
+command line)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from dataclasses import dataclass, replace
 
 from miopy.checks import INDEX_MAX, int_tuple, int_value
 from miopy.errors import MiopyError, bad
+from miopy.problem.base import Problem
 from miopy.tensor import DataType, TensorDesc
+
+# miopy-driver subcommand of each data type, and -F of each direction
+DRIVER_SUBCOMMAND = {DataType.FP32: "conv", DataType.FP16: "convfp16", DataType.BF16: "convbfp16"}
 
 
 class Direction(enum.Enum):
@@ -137,7 +142,7 @@ _AXES = {2: "HW", 3: "DHW"}
 
 
 @dataclass(frozen=True)
-class ConvProblem:
+class ConvProblem(Problem):
     """One convolution in one direction: x (input), w (weights), y (output) and the ConvDesc.
 
     Tensor roles are the same in every direction, as in MIOpen's Find 2.0: backward data reads
@@ -145,6 +150,9 @@ class ConvProblem:
     Lens are given in logical order: x (N, C, [D,] H, W); w (K, C/G, ...) for conv and
     (C, K/G, ...) for trans, as in MIOpen; y (N, K, ...).
     """
+
+    primitive = "conv"
+    log_name = "Convolution"
 
     x: TensorDesc
     w: TensorDesc
@@ -295,6 +303,23 @@ class ConvProblem:
         """conv_view role -> this problem's role."""
         return {"x": "y", "w": "w", "y": "x"} if self.is_transposed else {"x": "x", "w": "w", "y": "y"}
 
+    def solver_view(self) -> ConvProblem:
+        return self.conv_view()
+
+    def view_roles(self) -> dict[str, str]:
+        return self.roles
+
+    def tensors(self) -> dict[str, TensorDesc]:
+        return {"x": self.x, "w": self.w, "y": self.y}
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.input_roles
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (self.output_role,)
+
     # ---- keys -------------------------------------------------------------------------------
     def _layouts(self) -> str:
         keys = [self.x.key(), self.w.key(), self.y.key()]
@@ -434,6 +459,9 @@ class ConvProblem:
     def bytes_written(self) -> int:
         return {"x": self.x.nbytes, "w": self.w.nbytes, "y": self.y.nbytes}[self.output_role]
 
+    def bytes(self) -> int:
+        return self.bytes_read() + self.bytes_written()
+
     @property
     def output_role(self) -> str:
         return {Direction.FORWARD: "y", Direction.BACKWARD_DATA: "x", Direction.BACKWARD_WEIGHTS: "w"}[
@@ -443,6 +471,57 @@ class ConvProblem:
     @property
     def input_roles(self) -> tuple[str, str]:
         return tuple(r for r in ("x", "w", "y") if r != self.output_role)  # type: ignore[return-value]
+
+    # ---- reproduction ------------------------------------------------------------------------
+    def driver_args(self, solver_id: int | None = None) -> list[str]:
+        """``[subcommand, flags...]`` of the miopy-driver command running this problem.
+
+        2-D problems use MIOpen's short flags; the depth flags of 3-D ones are long (as MIOpen
+        logs them). Pads are the descriptor's, with ``-z`` when the pad mode is not default.
+        Layouts are given when not the default; a strided (non-packed) tensor cannot be written
+        as flags and is logged with the default layout."""
+        c = self.conv
+        x, w, y = self.x, self.w, self.y
+        three = self.spatial_dims == 3
+
+        def axes(values) -> dict[str, int]:
+            return dict(zip("dhw" if three else "hw", values))
+
+        ins, fil, pads = axes(x.lens[2:]), axes(w.lens[2:]), axes(c.pads)
+        strides, dils, opads = axes(c.strides), axes(c.dilations), axes(c.trans_output_pads)
+        args = [DRIVER_SUBCOMMAND[self.dtype], "-n", x.lens[0], "-c", x.lens[1]]
+        if three:
+            args += ["--in_d", ins["d"]]
+        args += ["-H", ins["h"], "-W", ins["w"], "-k", y.lens[1]]
+        if three:
+            args += ["--fil_d", fil["d"]]
+        args += ["-y", fil["h"], "-x", fil["w"]]
+        if three:
+            args += ["--pad_d", pads["d"]]
+        args += ["-p", pads["h"], "-q", pads["w"]]
+        if three:
+            args += ["--conv_stride_d", strides["d"]]
+        args += ["-u", strides["h"], "-v", strides["w"]]
+        if three:
+            args += ["--dilation_d", dils["d"]]
+        args += ["-l", dils["h"], "-j", dils["w"]]
+        if c.mode == "trans":
+            if three:
+                args += ["--trans_output_pad_d", opads["d"]]
+            args += ["-Y", opads["h"], "-X", opads["w"]]
+        if three:
+            args += ["--spatial_dim", 3]
+        default = "NCDHW" if three else "NCHW"
+        for flag, desc in (("--in_layout", x), ("--out_layout", y), ("--fil_layout", w)):
+            if desc.packed and desc.layout != default:
+                args += [flag, desc.layout]
+        args += ["-m", c.mode, "-g", c.groups]
+        if c.pad_mode != "default":
+            args += ["-z", c.pad_mode]
+        args += ["-F", _FORW[self.direction], "-t", 1]
+        if solver_id is not None:
+            args += ["-S", solver_id]
+        return [str(a) for a in args]
 
     def __str__(self) -> str:
         return self.key()
@@ -457,6 +536,9 @@ def _num(text: str) -> int:
 
 def _nums(text: str) -> list[int]:
     return [_num(v) for v in text.split("x")]
+
+
+_FORW = {Direction.FORWARD: "1", Direction.BACKWARD_DATA: "2", Direction.BACKWARD_WEIGHTS: "4"}
 
 
 def _desc(dtype: DataType, lens, layout: str) -> TensorDesc:
@@ -484,4 +566,4 @@ def _raw(x, w, y, conv, direction, pads) -> ConvProblem:
     return problem
 
 
-__all__ = ["ConvDesc", "ConvProblem", "Direction", "replace"]
+__all__ = ["DRIVER_SUBCOMMAND", "ConvDesc", "ConvProblem", "Direction", "replace"]

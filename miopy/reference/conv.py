@@ -123,3 +123,31 @@ def rms_range(a: np.ndarray, b: np.ndarray) -> float:
     if scale == 0:
         return 0.0
     return float(np.linalg.norm(a - b) / (np.sqrt(a.size) * scale))
+
+
+def reference(problem: ConvProblem, buffers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The pipeline's reference contract: expected outputs by role (float64, logical shape)
+    from flat stored buffers."""
+    return {problem.output_role: conv_reference_buffers(problem, buffers)}
+
+
+def samples() -> list[ConvProblem]:
+    """Small problems on which every registered convolution solver applies at least once (the
+    registry-walking test runs each solver on each of these it takes)."""
+    from miopy.problem.conv import ConvDesc
+
+    def make(dtype, xlens, wlens, direction, layout=None, **conv) -> ConvProblem:
+        x = TensorDesc(dtype, xlens, layout=layout)
+        w = TensorDesc(dtype, wlens, layout=layout)
+        return ConvProblem.create(x, w, ConvDesc(**conv), direction)
+
+    out = []
+    for d in "FBW":
+        out.append(make("fp32", (2, 4, 6, 7), (4, 4, 3, 3), d, pads=(1, 1)))  # im2col GEMMs, tiled
+        out.append(make("fp16", (2, 4, 5, 5), (6, 4, 1, 1), d, "NHWC", pads=(0, 0)))  # 1x1 GEMMs
+        out.append(
+            make("bf16", (1, 4, 5, 6), (4, 1, 3, 2), d, pads=(1, 0), strides=(2, 1), groups=2, mode="trans")
+        )
+        out.append(make("fp32", (1, 2, 3, 4, 4), (2, 2, 2, 2, 2), d, "NDHWC", pads=(1, 0, 1)))
+    out.append(make("fp16", (2, 8, 6, 6), (8, 8, 3, 3), "F", "NHWC", pads=(1, 1)))  # tensor cores
+    return out

@@ -1,7 +1,10 @@
-"""The ordered solver registry: order is the fallback ranking when nothing better is known.
-A new solver is one module, its kernel, and one line here."""
+"""The solver registry: one ordered list per primitive (oneDNN's per-primitive implementation
+lists). Order is the fallback ranking when nothing better is known. A new solver is one module,
+its kernel, and one line here; a new primitive is one more key."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from miopy.solvers.base import Solver, TunableSolver
 from miopy.solvers.conv.direct_tiled import ConvDirectTiledFwd
@@ -16,27 +19,45 @@ from miopy.solvers.conv.gemm import (
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 
-CONV_SOLVERS: list[Solver] = [
-    GemmFwd1x1_0_1(),
-    ConvIgemmFwdNhwc(),
-    GemmFwdRest(),
-    GemmBwd1x1_stride1(),
-    GemmBwdRest(),
-    GemmWrw1x1_stride1(),
-    GemmWrwUniversal(),
-    ConvDirectTiledFwd(),
-    ConvDirectNaiveFwd(),
-    ConvDirectNaiveBwd(),
-    ConvDirectNaiveWrw(),
-]
+if TYPE_CHECKING:
+    from miopy.problem.base import Problem
+
+SOLVERS: dict[str, list[Solver]] = {
+    "conv": [
+        GemmFwd1x1_0_1(),
+        ConvIgemmFwdNhwc(),
+        GemmFwdRest(),
+        GemmBwd1x1_stride1(),
+        GemmBwdRest(),
+        GemmWrw1x1_stride1(),
+        GemmWrwUniversal(),
+        ConvDirectTiledFwd(),
+        ConvDirectNaiveFwd(),
+        ConvDirectNaiveBwd(),
+        ConvDirectNaiveWrw(),
+    ],
+}
+CONV_SOLVERS = SOLVERS["conv"]
 
 
-def by_name(name: str) -> Solver | None:
-    """A solver by its name or its id (as text or int)."""
-    for solver in CONV_SOLVERS:
+def solvers_for(problem: Problem | str) -> list[Solver]:
+    """The ordered solvers of a problem's primitive (or of a primitive by name)."""
+    primitive = problem if isinstance(problem, str) else problem.primitive
+    return SOLVERS.get(primitive, [])
+
+
+def all_solvers() -> list[Solver]:
+    return [solver for solvers in SOLVERS.values() for solver in solvers]
+
+
+def by_name(name: str | int, primitive: str | None = None) -> Solver | None:
+    """A solver by its name or its id (as text or int), among ``primitive``'s solvers or all
+    (ids are unique within a primitive; names everywhere)."""
+    pool = all_solvers() if primitive is None else solvers_for(primitive)
+    for solver in pool:
         if solver.name == str(name) or str(solver.id) == str(name):
             return solver
     return None
 
 
-__all__ = ["CONV_SOLVERS", "Solver", "TunableSolver", "by_name"]
+__all__ = ["CONV_SOLVERS", "SOLVERS", "Solver", "TunableSolver", "all_solvers", "by_name", "solvers_for"]

@@ -1,4 +1,4 @@
-"""The solver contract (MIOpen's SolverBase / SolverBaseTunable)."""
+"""The solver contract (MIOpen's SolverBase / SolverBaseTunable), for every primitive."""
 
 from __future__ import annotations
 
@@ -7,33 +7,34 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from miopy.handle import Handle
-    from miopy.problem.conv import ConvProblem
-    from miopy.solution import Solution
+    from miopy.problem.base import Problem
+    from miopy.solution import Program
 
 # Algorithm families and MIOpen's miopenConvAlgorithm_t numbers for them.
 ALGORITHM_IDS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
 
 
 class Solver:
-    """Stateless. ``name`` is a DB key and never changes. Solvers see ``problem.conv_view()``:
-    mode is always conv, pads are resolved."""
+    """Stateless. ``name`` is a DB key and never changes. Solvers see ``problem.solver_view()``
+    (convolution: mode is always conv, pads are resolved) and describe their work as a Program
+    on the view's roles; the engine makes the Solution."""
 
+    primitive: ClassVar[str]  # the key of its list in miopy.solvers.SOLVERS
     name: ClassVar[str]
     id: ClassVar[int]  # stable number for the driver's -S (MIOpen's where a counterpart exists)
     algorithm: ClassVar[str]
     dynamic: ClassVar[bool] = False  # shapes are run-time arguments: no compile per shape
     tunable: ClassVar[bool] = False
 
-    def is_applicable(self, ctx: Handle, problem: ConvProblem) -> str | None:
+    def is_applicable(self, ctx: Handle, problem: Problem) -> str | None:
         """None when applicable, else the reason it is not (logged at debug level)."""
         raise NotImplementedError
 
-    def workspace_size(self, ctx: Handle, problem: ConvProblem) -> int:
+    def workspace_size(self, ctx: Handle, problem: Problem) -> int:
         return 0
 
-    def get_solution(
-        self, ctx: Handle, problem: ConvProblem, config: dict[str, Any] | None = None
-    ) -> Solution:
+    def get_program(self, ctx: Handle, problem: Problem, config: dict[str, Any] | None = None) -> Program:
+        """The steps that compute ``problem`` (with ``config`` for tunable solvers)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -43,12 +44,12 @@ class Solver:
 class TunableSolver(Solver):
     tunable: ClassVar[bool] = True
 
-    def default_config(self, ctx: Handle, problem: ConvProblem) -> dict[str, Any]:
+    def default_config(self, ctx: Handle, problem: Problem) -> dict[str, Any]:
         raise NotImplementedError
 
-    def search_space(self, ctx: Handle, problem: ConvProblem) -> Iterable[dict[str, Any]]:
+    def search_space(self, ctx: Handle, problem: Problem) -> Iterable[dict[str, Any]]:
         """Every config to try when tuning (only valid ones need be yielded)."""
         raise NotImplementedError
 
-    def is_valid_config(self, ctx: Handle, problem: ConvProblem, config: Any) -> bool:
+    def is_valid_config(self, ctx: Handle, problem: Problem, config: Any) -> bool:
         raise NotImplementedError

@@ -10,6 +10,7 @@ from miopy import backends
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
 from miopy.reference.tolerance import tolerance
+from miopy.solution import InvokeArgs
 from miopy.tensor import DataType, TensorDesc, from_storage, to_storage
 
 _WHY = backends.unavailable_reason("cuda")
@@ -71,6 +72,7 @@ def output_of(problem: ConvProblem, flat: np.ndarray) -> np.ndarray:
 
 
 def solution_for(handle, problem: ConvProblem, solver_name: str | None = None):
+    from miopy.engine.candidates import make_solution
     from miopy.solvers import CONV_SOLVERS, by_name
 
     v = problem.conv_view()
@@ -79,9 +81,7 @@ def solution_for(handle, problem: ConvProblem, solver_name: str | None = None):
     else:
         solver = next(s for s in CONV_SOLVERS if s.name == solver_name)
     assert solver is not None and solver.is_applicable(handle, v) is None
-    sol = solver.get_solution(handle, v)
-    sol.problem = problem
-    return sol
+    return make_solution(handle, problem, solver)
 
 
 # ---- device ---------------------------------------------------------------------------------
@@ -353,7 +353,7 @@ def test_time_ms(handle):
     sol = solution_for(handle, problem)
     invoker = handle.prepare_invoker(sol)
     bufs = {role: be.upload(b) for role, b in random_buffers(problem).items()}
-    times = be.time_ms(lambda: invoker(bufs, None), 2)
+    times = be.time_ms(lambda: invoker(InvokeArgs(bufs)), 2)
     assert len(times) == 2 and all(t > 0 for t in times)
 
 

@@ -4,6 +4,8 @@ launch is checked against the sizes its kernels were built for (OpenCL, PoCL in 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from miopy.engine.candidates import make_solution
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
 from miopy.reference.tolerance import tolerance
+from miopy.solution import InvokeArgs
 from miopy.solvers import by_name
 from miopy.tensor import TensorDesc, from_storage
 
@@ -120,13 +123,13 @@ def test_invoker_refuses_buffers_smaller_than_it_was_built_for(ocl):
     be = ocl.backend
     small = {"x": be.alloc(X.nbytes), "w": be.alloc(W.nbytes), "y": be.alloc(1024)}  # y needs 3840
     with pytest.raises(errors.BadParm, match=f"^y=buffer of 1024 bytes.*{Y_STRIDED.nbytes}"):
-        invoker(small, None)
+        invoker(InvokeArgs(small))
 
 
 def test_a_region_outside_its_tensor_is_refused_before_building(ocl):
     _, packed = _problems()
     sol = make_solution(ocl, packed, by_name("ConvDirectNaiveFwd"))
-    sol.extra["regions"] = [("y", packed.y.element_space + 1, 4)]
+    sol = dataclasses.replace(sol, extra={"regions": [("y", packed.y.element_space + 1, 4)]})
     with pytest.raises(errors.InternalError, match="touch"):
         bounds.required_bytes(sol)
 

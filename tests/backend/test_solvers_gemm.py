@@ -17,6 +17,7 @@ import support
 
 from miopy.backends.base import DeviceInfo
 from miopy.backends.opencl import Backend as OpenCLBackend
+from miopy.engine.candidates import make_solution
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solvers import CONV_SOLVERS
 from miopy.solvers.conv import gemm
@@ -51,8 +52,7 @@ def solve(handle, problem: ConvProblem, solver):
     """The solver's solution for the user's problem (solvers see its conv view)."""
     view_ = problem.conv_view()
     assert solver.is_applicable(handle, view_) is None, solver.is_applicable(handle, view_)
-    solution = solver.get_solution(handle, view_)
-    solution.problem = problem
+    solution = make_solution(handle, problem, solver)
     assert solution.workspace == solver.workspace_size(handle, view_)
     return solution
 

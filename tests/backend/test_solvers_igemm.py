@@ -16,6 +16,7 @@ import support
 
 from miopy import backends
 from miopy.backends.base import DeviceInfo
+from miopy.engine.candidates import make_solution
 from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solvers import CONV_SOLVERS, by_name
@@ -161,8 +162,8 @@ def test_is_valid_config_rejects_garbage():
 def test_launch_geometry():
     problem = ODD.conv_view()
     config = {"bm": 64, "bn": 32, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2}
-    solution = SOLVER.get_solution(CTX, problem, config)
-    (spec,) = solution.kernels
+    program = SOLVER.get_program(CTX, problem, config)
+    (spec,) = program.kernels
     n, k, ho, wo = 3, 40, *problem.y.lens[2:]
     blocks = -(-(n * ho * wo) // 64) * -(-k // 32)
     assert spec.local_size == (128,) and spec.global_size == (blocks * 128,)
@@ -172,9 +173,9 @@ def test_launch_geometry():
     shape = {"N": 3, "C": 24, "H": 9, "W": 11, "K": 40, "R": 2, "S": 3, "P": ho, "Q": wo}
     assert all(defines[f"IG_{name}"] == v for name, v in shape.items())
     assert (defines["IG_PH"], defines["IG_PW"], defines["IG_SH"], defines["IG_DH"]) == (1, 0, 2, 2)
-    assert solution.workspace == 0 and solution.config == config
+    assert program.workspace == 0
     with pytest.raises(BadParm):
-        SOLVER.get_solution(CTX, problem, {**config, "bm": 48})
+        SOLVER.get_program(CTX, problem, {**config, "bm": 48})
 
 
 def _nvrtc_reason() -> str | None:
@@ -200,7 +201,7 @@ def test_sample_of_configs_compiles_for_sm90():
         picks = [SOLVER.default_config(CTX, problem), space[0], space[-1]]
         picks += [space[i] for i in rng.choice(len(space), 2, replace=False)]
         for config in picks:
-            (spec,) = SOLVER.get_solution(CTX, problem, config).kernels
+            (spec,) = SOLVER.get_program(CTX, problem, config).kernels
             cubin = compile_cubin(source, "igemm_fwd.cu", spec.options(), arch="sm_90")
             assert cubin[:4] == b"\x7fELF" and b"igemm_fwd" in cubin, config
 
@@ -219,8 +220,8 @@ def handle():
 def check(handle, problem: ConvProblem, rng, config=None) -> float:
     view_ = problem.conv_view()
     assert SOLVER.is_applicable(handle, view_) is None, SOLVER.is_applicable(handle, view_)
-    solution = SOLVER.get_solution(handle, view_, config)
-    solution.problem = problem
+    solution = make_solution(handle, problem, SOLVER, config or SOLVER.default_config(handle, view_))
+    assert solution.config == (config or SOLVER.default_config(handle, view_))
     return support.check(handle, solution, rng)
 
 

@@ -14,6 +14,7 @@ import pytest
 import support
 
 from miopy.backends.base import DeviceInfo
+from miopy.engine.candidates import make_solution
 from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solvers import CONV_SOLVERS, by_name
@@ -38,8 +39,7 @@ def check(handle, problem: ConvProblem, rng: np.random.Generator, config=None) -
     """Run the solver with ``config`` on random data (the output starts as NaN) vs the reference."""
     view_ = problem.conv_view()
     assert SOLVER.is_applicable(handle, view_) is None, SOLVER.is_applicable(handle, view_)
-    solution = SOLVER.get_solution(handle, view_, config)
-    solution.problem = problem
+    solution = make_solution(handle, problem, SOLVER, config or SOLVER.default_config(handle, view_))
     assert solution.config == (config or SOLVER.default_config(handle, view_))
     assert solution.workspace == 0
     return support.check(handle, solution, rng)
@@ -223,17 +223,17 @@ def test_is_valid_config_checks_the_device():
     assert not SOLVER.is_valid_config(fake_ctx(threads(cfg) - 1, 1 << 20), view_, cfg)
 
 
-def test_get_solution_uses_the_config(handle):
+def test_get_program_uses_the_config(handle):
     view_ = SMALL[3].conv_view()
     config = {"tile_h": 2, "tile_w": 8, "tile_k": 8, "out_w": 2, "out_k": 4, "c_block": 2}
-    solution = SOLVER.get_solution(handle, view_, config)
+    solution = make_solution(handle, SMALL[3], SOLVER, config)
     (spec,) = solution.kernels
     defines = dict(spec.defines)
     assert all(defines[f"CT_{f.upper()}"] == v for f, v in config.items())
     assert spec.local_size == (threads(config),) and spec.global_size[0] % threads(config) == 0
     assert solution.config == config
     with pytest.raises(BadParm):
-        SOLVER.get_solution(handle, view_, {**config, "tile_h": 3})
+        SOLVER.get_program(handle, view_, {**config, "tile_h": 3})
 
 
 # ---- applicability -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import TunableSolver
 
 # Every value a config field may take; search_space narrows these to the problem.
@@ -67,6 +67,7 @@ def _limits(ctx) -> tuple[int, int]:
 
 
 class ConvDirectTiledFwd(TunableSolver):
+    primitive = "conv"
     name = "ConvDirectTiledFwd"
     id = 11
     algorithm = "direct"
@@ -149,7 +150,7 @@ class ConvDirectTiledFwd(TunableSolver):
         return [c for c in candidates if threads(c) >= low]
 
     # ---- solution --------------------------------------------------------------------------------
-    def get_solution(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Solution:
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         if config is None:
             config = self.default_config(ctx, problem)
         elif not self.is_valid_config(ctx, problem, config):
@@ -189,13 +190,4 @@ class ConvDirectTiledFwd(TunableSolver):
         )
         local = threads(config)
         spec = KernelSpec("conv_tiled", "conv_tiled_fwd", defines, (tiles * local,), (local,))
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [t["x"], t["w"], t["y"]])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, config=dict(config))
+        return Program((Launch(spec, (Tensor("x"), Tensor("w"), Tensor("y"))),))

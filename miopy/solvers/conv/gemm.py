@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import Gemm, KernelSpec, Launch, Program, Step, Tensor, Workspace
 from miopy.solvers.base import Solver
 from miopy.solvers.conv.common import grid_for, shape_args
 from miopy.tensor import DataType
@@ -134,39 +134,48 @@ def _blas_plan(plan: GemmPlan) -> GemmPlan | None:
     return p
 
 
-def run_vendor_gemm(backend, dtype: DataType, plan: GemmPlan, bufs: dict[str, Any]) -> None:
-    """``plan`` on ``backend.gemm``: the larger batch index is the BLAS batch, the other a loop."""
+def _ref(role: str) -> Tensor | Workspace:
+    return Workspace() if role == "ws" else Tensor(role)
+
+
+def vendor_gemm_steps(dtype: DataType, plan: GemmPlan) -> list[Gemm]:
+    """``plan`` as ``Backend.gemm`` calls: the larger batch index is the BLAS batch, the other
+    one call each."""
     p = _blas_plan(plan)
-    assert p is not None, "checked when the solution was made"
+    assert p is not None, "checked when the program was made"
     trans_a, lda = _blas_layout(p.a, p.m, p.k)  # type: ignore[misc]
     trans_b, ldb = _blas_layout(p.b, p.k, p.n)  # type: ignore[misc]
     _, ldc = _blas_layout(p.c, p.m, p.n)  # type: ignore[misc]
     inner, outer = (1, 0) if p.batch1 >= p.batch0 else (0, 1)
     count = getattr(p, f"batch{inner}")
+    steps = []
     for i in range(getattr(p, f"batch{outer}")):
         off = [o.offset + i * getattr(o, f"s{outer}") for o in (p.a, p.b, p.c)]
         sa, sb, sc = (getattr(o, f"s{inner}") if count > 1 else 0 for o in (p.a, p.b, p.c))
-        backend.gemm(
-            dtype,
-            trans_a,
-            trans_b,
-            p.m,
-            p.n,
-            p.k,
-            bufs[p.a.role],
-            off[0],
-            lda,
-            bufs[p.b.role],
-            off[1],
-            ldb,
-            bufs[p.c.role],
-            off[2],
-            ldc,
-            batch=count,
-            stride_a=sa,
-            stride_b=sb,
-            stride_c=sc,
+        steps.append(
+            Gemm(
+                dtype,
+                trans_a,
+                trans_b,
+                p.m,
+                p.n,
+                p.k,
+                _ref(p.a.role),
+                off[0],
+                lda,
+                _ref(p.b.role),
+                off[1],
+                ldb,
+                _ref(p.c.role),
+                off[2],
+                ldc,
+                batch=count,
+                stride_a=sa,
+                stride_b=sb,
+                stride_c=sc,
+            )
         )
+    return steps
 
 
 def _tile(extent: int) -> int:
@@ -194,30 +203,41 @@ def gemm_spec(dtype: DataType, plans: list[GemmPlan]) -> KernelSpec:
     )
 
 
-def gemm_args(plan: GemmPlan, bufs: dict[str, Any]) -> list[Any]:
+def gemm_launch(spec: KernelSpec, plan: GemmPlan) -> Launch:
+    """One launch of our GEMM kernel for ``plan``."""
     args: list[Any] = []
     for o in (plan.a, plan.b, plan.c):
-        args += [bufs[o.role], *(np.int64(v) for v in (o.offset, o.rs, o.cs, o.s0, o.s1))]
-    return args + [np.int32(v) for v in (plan.m, plan.n, plan.k, plan.batch0, plan.batch1)]
+        args += [_ref(o.role), *(np.int64(v) for v in (o.offset, o.rs, o.cs, o.s0, o.s1))]
+    args += [np.int32(v) for v in (plan.m, plan.n, plan.k, plan.batch0, plan.batch1)]
+    defines = dict(spec.defines)
+    tiles = plan.tiles(defines["GEMM_TM"], defines["GEMM_TN"])
+    groups = min(max(tiles, 1), GEMM_MAX_GROUPS)
+    return Launch(spec, tuple(args), (groups * GEMM_THREADS,), (GEMM_THREADS,))
 
 
 # ---- the steps of a solution -------------------------------------------------------------------
 @dataclass(frozen=True)
-class Launch:
-    """One launch of a data-movement kernel; string arguments name buffers by role."""
+class Transform:
+    """One launch of a data-movement kernel (im2col, col2im, copy); string arguments name
+    buffers by role ("ws": the workspace)."""
 
     spec: KernelSpec
     args: tuple[Any, ...]
     work_items: int
     regions: tuple[tuple[str, int, int], ...] = ()  # workspace regions it touches (miopy.bounds)
 
+    def launch(self) -> Launch:
+        global_size, local_size = grid_for(self.work_items)
+        args = tuple(_ref(a) if isinstance(a, str) else a for a in self.args)
+        return Launch(self.spec, args, global_size, local_size)
+
 
 @dataclass
 class Work:
-    """Everything a GEMM solution does, computed once for workspace_size and get_solution."""
+    """Everything a GEMM solution does, computed once for workspace_size and get_program."""
 
     workspace: int
-    steps: list[Launch | GemmPlan] = field(default_factory=list)
+    steps: list[Transform | GemmPlan] = field(default_factory=list)
     vendor: bool = False
 
 
@@ -291,6 +311,7 @@ def _chunk(d: Dims, itemsize: int) -> int:
 
 
 class _GemmSolver(Solver):
+    primitive = "conv"
     algorithm = "gemm"
     dynamic = True  # shapes and strides are kernel arguments: one build serves every problem
     direction: Direction
@@ -325,52 +346,24 @@ class _GemmSolver(Solver):
     def workspace_size(self, ctx, problem: ConvProblem) -> int:
         return self.work(ctx, problem).workspace
 
-    def get_solution(self, ctx, problem: ConvProblem, config=None) -> Solution:
+    def get_program(self, ctx, problem: ConvProblem, config=None) -> Program:
         work = self.work(ctx, problem)
         plans = [s for s in work.steps if isinstance(s, GemmPlan)]
-        specs: list[KernelSpec] = []
+        gemm = None if work.vendor or not plans else gemm_spec(problem.dtype, plans)
+        steps: list[Step] = []
         for step in work.steps:
-            if isinstance(step, Launch) and step.spec not in specs:
-                specs.append(step.spec)
-        gemm = None if work.vendor else gemm_spec(problem.dtype, plans)
-        if gemm is not None:
-            specs.append(gemm)
-        steps, dtype, vendor = list(work.steps), problem.dtype, work.vendor
-
-        def factory(backend, kernels):
-            by_spec = {k.spec: k for k in kernels}
-            launches = []  # (kernel, args, global size) resolved once; buffers come per call
-            for step in steps:
-                if isinstance(step, Launch):
-                    global_size, local_size = grid_for(step.work_items)
-                    launches.append((by_spec[step.spec], step.args, global_size, local_size))
-                elif vendor:
-                    launches.append((None, step, None, None))
-                else:
-                    defines = dict(gemm.defines)
-                    tiles = step.tiles(defines["GEMM_TM"], defines["GEMM_TN"])
-                    groups = min(max(tiles, 1), GEMM_MAX_GROUPS)
-                    launches.append((by_spec[gemm], step, (groups * GEMM_THREADS,), (GEMM_THREADS,)))
-
-            def invoke(t, workspace):
-                bufs = {**t, "ws": workspace}
-                for kernel, what, global_size, local_size in launches:
-                    if isinstance(what, GemmPlan):
-                        if kernel is None:
-                            run_vendor_gemm(backend, dtype, what, bufs)
-                        else:
-                            kernel.launch(backend, gemm_args(what, bufs), global_size, local_size)
-                    else:
-                        args = [bufs[a] if isinstance(a, str) else a for a in what]
-                        kernel.launch(backend, args, global_size, local_size)
-
-            return invoke
-
+            if isinstance(step, Transform):
+                steps.append(step.launch())
+            elif gemm is None:
+                steps.extend(vendor_gemm_steps(problem.dtype, step))
+            else:
+                steps.append(gemm_launch(gemm, step))
         regions = [
-            r for s in steps for r in (s.regions(dtype.itemsize) if isinstance(s, GemmPlan) else s.regions)
+            r
+            for s in work.steps
+            for r in (s.regions(problem.dtype.itemsize) if isinstance(s, GemmPlan) else s.regions)
         ]
-        extra = {"vendor_gemm": vendor, "regions": regions}
-        return Solution(self.name, self.algorithm, problem, specs, work.workspace, factory, extra=extra)
+        return Program(tuple(steps), work.workspace, {"vendor_gemm": work.vendor, "regions": regions})
 
 
 def _plan(
@@ -379,13 +372,13 @@ def _plan(
     return GemmPlan(m, n, k, a, b, c, batch0, batch1).merged()
 
 
-def _im2col(problem: ConvProblem, d: Dims, n0: int, count: int, nb: int) -> Launch:
+def _im2col(problem: ConvProblem, d: Dims, n0: int, count: int, nb: int) -> Transform:
     """im2col of images n0 .. n0+count-1 into a column workspace sized for ``nb`` images."""
     spec = KernelSpec("im2col", "im2col", {"MIOPY_DTYPE": problem.dtype.code})
     col = [np.int64(v) for v in (0, *_col_strides(d, nb))]
     region = ("ws", _col_end(d, count, nb), problem.dtype.itemsize)
     args = ("x", "ws", *col, np.int32(n0), np.int32(count), *shape_args(problem))
-    return Launch(spec, args, count * d.c * d.r * d.p, (region,))
+    return Transform(spec, args, count * d.c * d.r * d.p, (region,))
 
 
 def _col_end(d: Dims, count: int, nb: int) -> int:
@@ -522,7 +515,7 @@ class GemmBwdRest(_GemmSolver):
                 *shape_args(problem),
             )
             region = ("ws", _col_end(d, count, nb), itemsize)
-            work.steps.append(Launch(col2im, args, count * d.c * math.prod(problem.x.lens[2:]), (region,)))
+            work.steps.append(Transform(col2im, args, count * d.c * math.prod(problem.x.lens[2:]), (region,)))
         return work
 
 
@@ -592,7 +585,7 @@ class GemmWrwUniversal(_GemmSolver):
                 *(np.int64(v) for v in (d.yn, d.yk, d.yo, d.p, d.n * d.p, 1)),
             )
             region = ("ws", col_elems + d.k * d.n * d.p, itemsize)
-            work.steps.append(Launch(spec, args, d.n * d.k * d.p, (region,)))
+            work.steps.append(Transform(spec, args, d.n * d.k * d.p, (region,)))
             dy = Operand("ws", col_elems, d.n * d.p, 1, 0, d.kg * d.n * d.p)
         else:
             dy = Operand("y", 0, d.yk, d.yo, 0, d.kg * d.yk)

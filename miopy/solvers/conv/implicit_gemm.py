@@ -17,7 +17,7 @@ from typing import Any
 
 from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import TunableSolver
 from miopy.tensor import DataType, packed_strides
 
@@ -84,6 +84,7 @@ def _compute_units(ctx) -> int:
 
 
 class ConvIgemmFwdNhwc(TunableSolver):
+    primitive = "conv"
     name = "ConvIgemmFwdNhwc"
     id = 201  # no MIOpen counterpart; outside the range of its solver ids
     algorithm = "implicit_gemm"
@@ -162,23 +163,14 @@ class ConvIgemmFwdNhwc(TunableSolver):
                 out.append(config)
         return out or [self.default_config(ctx, problem)]
 
-    # ---- solution --------------------------------------------------------------------------------
-    def get_solution(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Solution:
+    # ---- program ---------------------------------------------------------------------------------
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         if config is None:
             config = self.default_config(ctx, problem)
         elif not self.is_valid_config(ctx, problem, config):
             raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
         spec = kernel_spec(problem, config)
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [t["x"], t["w"], t["y"]])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, config=dict(config))
+        return Program((Launch(spec, (Tensor("x"), Tensor("w"), Tensor("y"))),))
 
 
 def kernel_spec(problem: ConvProblem, config: dict[str, int]) -> KernelSpec:

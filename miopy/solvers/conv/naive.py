@@ -4,7 +4,7 @@ dilation, 2-D or 3-D, every data type. Always applicable: the last resort."""
 from __future__ import annotations
 
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
 from miopy.solvers.conv.common import grid_for, shape_args
 
@@ -12,6 +12,7 @@ _OUTPUT_ROLE = {Direction.FORWARD: "y", Direction.BACKWARD_DATA: "x", Direction.
 
 
 class _Naive(Solver):
+    primitive = "conv"
     algorithm = "direct"
     dynamic = True
     direction: Direction
@@ -22,23 +23,14 @@ class _Naive(Solver):
             return f"direction is {problem.direction.name}"
         return None
 
-    def get_solution(self, ctx, problem: ConvProblem, config=None) -> Solution:
-        out = {"y": problem.y, "x": problem.x, "w": problem.w}[_OUTPUT_ROLE[self.direction]]
+    def get_program(self, ctx, problem: ConvProblem, config=None) -> Program:
+        out = problem.tensors()[_OUTPUT_ROLE[self.direction]]
         global_size, local_size = grid_for(out.element_count)
         spec = KernelSpec(
             "conv_naive", self.kernel, {"MIOPY_DTYPE": problem.dtype.code}, global_size, local_size
         )
-        args_tail = shape_args(problem)
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [t["x"], t["w"], t["y"], *args_tail])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+        args = (Tensor("x"), Tensor("w"), Tensor("y"), *shape_args(problem))
+        return Program((Launch(spec, args),))
 
 
 class ConvDirectNaiveFwd(_Naive):

@@ -1,0 +1,89 @@
+"""The one invoker: runs any Program on a backend, given InvokeArgs (MIOpen's Invoker, without a
+hand-written closure per solver)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from miopy.errors import BadParm
+from miopy.solution import Gemm, InvokeArgs, KernelSpec, Launch, Program, Scalar, Tensor, Workspace
+
+
+def _resolve(arg: Any, args: InvokeArgs) -> Any:
+    if isinstance(arg, Tensor):
+        try:
+            return args.tensors[arg.role]
+        except KeyError:
+            raise BadParm(f"tensors: missing {arg.role!r}, which the solution uses") from None
+    if isinstance(arg, Workspace):
+        return args.workspace
+    if isinstance(arg, Scalar):
+        value = args.scalars.get(arg.name, arg.default)
+        return np.dtype(arg.dtype).type(value)
+    return arg
+
+
+class ProgramInvoker:
+    """``invoker(InvokeArgs)`` runs the program's steps in order on ``backend`` (enqueued only:
+    the caller synchronises). Everything that does not depend on the call's buffers and scalars
+    is resolved once, here."""
+
+    def __init__(self, backend: Any, program: Program, kernels: Mapping[KernelSpec, Any]):
+        self.backend = backend
+        self.program = program
+        self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...]]] = []
+        for step in program.steps:
+            if isinstance(step, Launch):
+                template = list(step.args)
+                slots = [i for i, a in enumerate(template) if isinstance(a, (Tensor, Workspace, Scalar))]
+                self._launches.append(
+                    (
+                        kernels[step.spec],
+                        template,
+                        slots,
+                        step.global_size or step.spec.global_size,
+                        step.local_size or step.spec.local_size,
+                    )
+                )
+            elif isinstance(step, Gemm):
+                self._launches.append((None, step, [], (), ()))
+            else:
+                raise BadParm(f"step={type(step).__name__}: not a Launch or a Gemm")
+
+    def __call__(self, args: InvokeArgs) -> None:
+        backend = self.backend
+        for kernel, what, slots, global_size, local_size in self._launches:
+            if kernel is None:
+                g: Gemm = what
+                backend.gemm(
+                    g.dtype,
+                    g.trans_a,
+                    g.trans_b,
+                    g.m,
+                    g.n,
+                    g.k,
+                    _resolve(g.a, args),
+                    g.a_offset,
+                    g.lda,
+                    _resolve(g.b, args),
+                    g.b_offset,
+                    g.ldb,
+                    _resolve(g.c, args),
+                    g.c_offset,
+                    g.ldc,
+                    batch=g.batch,
+                    stride_a=g.stride_a,
+                    stride_b=g.stride_b,
+                    stride_c=g.stride_c,
+                )
+                continue
+            call_args = list(what)
+            for i in slots:
+                call_args[i] = _resolve(what[i], args)
+            backend.launch(kernel, global_size, local_size, call_args)
+
+
+__all__ = ["ProgramInvoker"]

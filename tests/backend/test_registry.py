@@ -1,0 +1,86 @@
+"""Every solver of every primitive in the registry against its NumPy reference, on every available
+backend. A primitive brings ``miopy.reference.<primitive>`` with ``samples()`` (problems that,
+together, every one of its solvers takes) and ``reference(problem, buffers)``; a new registry line
+is then covered here without a new test."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from miopy import backends
+from miopy.engine.candidates import make_solution
+from miopy.reference.conv import rms_range, store_logical, view
+from miopy.reference.tolerance import BASE
+from miopy.solvers import SOLVERS
+from miopy.tensor import from_storage
+
+BACKENDS = [name for name in ("opencl", "cuda") if backends.unavailable_reason(name) is None]
+
+
+@pytest.fixture(scope="module", params=BACKENDS or [pytest.param("none", marks=pytest.mark.skip)])
+def handle(request, ocl):
+    if request.param == "opencl":
+        return ocl
+    from miopy.handle import Handle
+
+    return Handle(request.param)
+
+
+def _tolerance(problem, solution) -> float:
+    """The shared rule (miopy.reference.tolerance) where it knows the primitive, else its base."""
+    if problem.primitive == "conv":
+        from miopy.reference.tolerance import tolerance
+
+        return tolerance(problem, solution)
+    return BASE[problem.dtype] * float(solution.extra.get("tolerance_factor", 1.0))
+
+
+def _random_buffers(problem, rng) -> dict[str, np.ndarray]:
+    """Stored buffers for every tensor; outputs that are not also inputs start as NaN."""
+    out = {}
+    for role, desc in problem.tensors().items():
+        values = rng.uniform(-1, 1, desc.lens).astype(np.float32)
+        if role in problem.outputs and role not in problem.inputs:
+            values[...] = np.nan
+        out[role] = store_logical(values, desc)
+    return out
+
+
+@pytest.mark.parametrize("primitive", sorted(SOLVERS))
+def test_every_solver_against_its_reference(handle, primitive):
+    ref = importlib.import_module(f"miopy.reference.{primitive}")
+    problems = ref.samples()
+    assert all(p.primitive == primitive for p in problems)
+    rng = np.random.default_rng(11)
+    ran: dict[str, int] = {}
+    refused: dict[str, set[str]] = {}
+    for problem in problems:
+        view_ = problem.solver_view()
+        for solver in SOLVERS[primitive]:
+            reason = solver.is_applicable(handle, view_)
+            if reason is not None:
+                refused.setdefault(solver.name, set()).add(reason)
+                continue
+            solution = make_solution(handle, problem, solver)
+            bufs = _random_buffers(problem, rng)
+            expected = ref.reference(problem, bufs)
+            assert set(expected) == set(problem.outputs)
+            solution.run(handle, bufs)
+            descs = problem.tensors()
+            for role, want in expected.items():
+                got = from_storage(view(bufs[role], descs[role]), descs[role].dtype)
+                err = rms_range(got, want)
+                tol = _tolerance(problem, solution)
+                assert err < tol, f"{solver.name} on {problem.key()} ({handle.backend_name}): {role} {err}"
+            ran[solver.name] = ran.get(solver.name, 0) + 1
+    # a solver may refuse a whole backend (e.g. CUDA-only tensor-core kernels); any other solver
+    # that no sample reaches is a hole in samples()
+    missing = {
+        s.name: sorted(refused.get(s.name, ()))
+        for s in SOLVERS[primitive]
+        if s.name not in ran and not all(r.startswith("backend ") for r in refused.get(s.name, {""}))
+    }
+    assert not missing, f"no sample of miopy.reference.{primitive}.samples() runs {missing}"
