@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # Creates/updates .venv with miopy and what it needs, including an OpenCL runtime for the CPU.
 # Sourced by run-main.sh and test.sh; usage: source scripts/setup-env.sh [extras]
+# The install is skipped when pyproject.toml and the extras are unchanged since the last one
+# (miopy is installed editable, so code changes need no reinstall).
 set -euo pipefail
 extras="${1:-opencl}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[${extras}]" 2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; }
+stamp=".venv/.miopy-install-stamp"
+hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+read -r old_hash old_extras <"$stamp" 2>/dev/null || { old_hash=""; old_extras=""; }
+need=0
+[ -x .venv/bin/python ] && [ "$old_hash" = "$hash" ] || { need=1; old_extras=""; }
+for e in ${extras//,/ }; do
+    case ",$old_extras," in *",$e,"*) ;; *) need=1 ;; esac
+done
+if [ "$need" = 1 ]; then
+    extras="$(echo "${old_extras:+$old_extras,}$extras" | tr ',' '\n' | sort -u | paste -sd, -)"
+    python3 -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e ".[${extras}]" 2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; }
+    echo "$hash $extras" >"$stamp"
+fi
 if ! .venv/bin/python -c 'import pyopencl as cl, sys; sys.exit(0 if any(p.get_devices() for p in cl.get_platforms()) else 1)' 2>/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "No OpenCL platform visible: installing pocl-opencl-icd (the CPU OpenCL runtime)"
