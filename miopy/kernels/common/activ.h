@@ -1,0 +1,150 @@
+/* Activation forward and backward (MIOpen's miopenActivationMode_t, ACTIV_MODE 0-9), computed in
+   fp32. alpha, beta, gamma and the mode are run-time arguments; defining ACTIV_MODE compiles one
+   mode in (the mode argument is then ignored): what a GPU wants, while a CPU compiler's time is
+   better saved.
+
+   *_packed: every tensor is dense with the same strides, so the data are one flat array; each work
+   item handles VEC elements with 16-byte loads and stores (grid-stride), a scalar loop takes the
+   tail, and unaligned base pointers (CUDA) fall back to scalar access.
+   *_strided: any lens and strides (logical N,C,D,H,W order; D = 1 for 2-D), one element per step. */
+#include "common/vec.h"
+
+#ifdef ACTIV_MODE
+#define MODE ACTIV_MODE
+#else
+#define MODE mode
+#endif
+
+/* which tensors the gradient of the mode reads */
+#define ACTIV_BWD_Y (MODE == 1 || MODE == 2 || MODE == 6 || MODE == 9)
+#define ACTIV_BWD_X (MODE >= 3)
+#define ACTIV_BWD_DY (MODE != 6)
+
+DEVICE_FN float activ_fwd(float x, int mode, float a, float b, float g)
+{
+    switch(mode)
+    {
+    case 0: return x;
+    case 1: return 1.0f / (1.0f + F_EXP(-x));
+    case 2: return b * F_TANH(a * x);
+    case 3: return x > 0.0f ? x : 0.0f;
+    case 4: return x > 0.0f ? x + F_LOG1P(F_EXP(-x)) : F_LOG1P(F_EXP(x));
+    case 5: return F_ABS(x);
+    case 6: return (a + b * x) <= 0.0f ? 0.0f : F_POW(a + b * x, g);
+    case 7: return F_MIN(a, F_MAX(0.0f, x));
+    case 8: return x > 0.0f ? x : a * x;
+    default: return x > 0.0f ? x : a * F_EXPM1(x);
+    }
+}
+
+DEVICE_FN float activ_bwd(float x, float y, float dy, int mode, float a, float b, float g)
+{
+    switch(mode)
+    {
+    case 0: return dy;
+    case 1: return dy * y * (1.0f - y);
+    case 2: return b == 0.0f ? 0.0f : dy * a * (b - y * y / b);
+    case 3: return x > 0.0f ? dy : 0.0f;
+    case 4: return dy * F_EXP(F_MIN(x, 50.0f)) / (F_EXP(F_MIN(x, 50.0f)) + 1.0f);
+    case 5: return x > 0.0f ? dy : -dy;
+    case 6: return (a + b * x) <= 0.0f ? 0.0f : g * b * y / (a + b * x); /* dy unused, as in MIOpen */
+    case 7: return (x > 0.0f && x < a) ? dy : 0.0f;
+    case 8: return x > 0.0f ? dy : dy * a;
+    default: return x > 0.0f ? dy : dy * (y + a);
+    }
+}
+
+KERNEL void activ_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 n, int mode,
+                             float a, float b, float g)
+{
+    i64 start = 0;
+    if(ALIGNED16(x) && ALIGNED16(y))
+    {
+        const i64 nvec = n / VEC;
+        for(i64 i = GLOBAL_ID0; i < nvec; i += GLOBAL_SIZE0)
+        {
+            float v[VEC];
+            load_vec(x, i * VEC, v);
+            UNROLL
+            for(int k = 0; k < VEC; ++k)
+                v[k] = activ_fwd(v[k], MODE, a, b, g);
+            store_vec(y, i * VEC, v);
+        }
+        start = nvec * VEC;
+    }
+    for(i64 i = start + GLOBAL_ID0; i < n; i += GLOBAL_SIZE0)
+        STORE(y, i, activ_fwd(LOAD(x, i), MODE, a, b, g));
+}
+
+KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                             const GLOBAL data_t* RESTRICT dy, GLOBAL data_t* RESTRICT dx, i64 n, int mode,
+                             float a, float b, float g)
+{
+    i64 start = 0;
+    if(ALIGNED16(x) && ALIGNED16(y) && ALIGNED16(dy) && ALIGNED16(dx))
+    {
+        const i64 nvec = n / VEC;
+        for(i64 i = GLOBAL_ID0; i < nvec; i += GLOBAL_SIZE0)
+        {
+            float xv[VEC], yv[VEC], gv[VEC];
+            for(int k = 0; k < VEC; ++k)
+                xv[k] = yv[k] = gv[k] = 0.0f;
+            if(ACTIV_BWD_X)
+                load_vec(x, i * VEC, xv);
+            if(ACTIV_BWD_Y)
+                load_vec(y, i * VEC, yv);
+            if(ACTIV_BWD_DY)
+                load_vec(dy, i * VEC, gv);
+            UNROLL
+            for(int k = 0; k < VEC; ++k)
+                gv[k] = activ_bwd(xv[k], yv[k], gv[k], MODE, a, b, g);
+            store_vec(dx, i * VEC, gv);
+        }
+        start = nvec * VEC;
+    }
+    for(i64 i = start + GLOBAL_ID0; i < n; i += GLOBAL_SIZE0)
+    {
+        const float xs = ACTIV_BWD_X ? LOAD(x, i) : 0.0f;
+        const float ys = ACTIV_BWD_Y ? LOAD(y, i) : 0.0f;
+        const float gs = ACTIV_BWD_DY ? LOAD(dy, i) : 0.0f;
+        STORE(dx, i, activ_bwd(xs, ys, gs, MODE, a, b, g));
+    }
+}
+
+#define ACTIV_SHAPE_ARGS int N, int C, int D, int H, int W
+#define ACTIV_STRIDES(t) i64 t##n, i64 t##c, i64 t##d, i64 t##h, i64 t##w
+#define ACTIV_OFFSET(t) (n * t##n + c * t##c + d * t##d + h * t##h + w * t##w)
+#define ACTIV_DECOMPOSE                       \
+    i64 r = i;                                \
+    const i64 w = r % W; r /= W;              \
+    const i64 h = r % H; r /= H;              \
+    const i64 d = r % D; r /= D;              \
+    const i64 c = r % C;                      \
+    const i64 n = r / C;
+
+KERNEL void activ_fwd_strided(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, ACTIV_SHAPE_ARGS,
+                              ACTIV_STRIDES(x), ACTIV_STRIDES(y), int mode, float a, float b, float g)
+{
+    const i64 total = (i64)N * C * D * H * W;
+    for(i64 i = GLOBAL_ID0; i < total; i += GLOBAL_SIZE0)
+    {
+        ACTIV_DECOMPOSE
+        STORE(y, ACTIV_OFFSET(y), activ_fwd(LOAD(x, ACTIV_OFFSET(x)), MODE, a, b, g));
+    }
+}
+
+KERNEL void activ_bwd_strided(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                              const GLOBAL data_t* RESTRICT dy, GLOBAL data_t* RESTRICT dx,
+                              ACTIV_SHAPE_ARGS, ACTIV_STRIDES(x), ACTIV_STRIDES(y), ACTIV_STRIDES(g),
+                              ACTIV_STRIDES(o), int mode, float a, float b, float g)
+{
+    const i64 total = (i64)N * C * D * H * W;
+    for(i64 i = GLOBAL_ID0; i < total; i += GLOBAL_SIZE0)
+    {
+        ACTIV_DECOMPOSE
+        const float xs = ACTIV_BWD_X ? LOAD(x, ACTIV_OFFSET(x)) : 0.0f;
+        const float ys = ACTIV_BWD_Y ? LOAD(y, ACTIV_OFFSET(y)) : 0.0f;
+        const float gs = ACTIV_BWD_DY ? LOAD(dy, ACTIV_OFFSET(g)) : 0.0f;
+        STORE(dx, ACTIV_OFFSET(o), activ_bwd(xs, ys, gs, MODE, a, b, g));
+    }
+}

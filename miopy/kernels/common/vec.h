@@ -1,0 +1,114 @@
+/* 16-byte vector access: VEC elements at once (4 fp32, or 8 fp16 / bf16), converted to and from
+   fp32. ``off`` is the element offset of the first element; on CUDA the address must be 16-byte
+   aligned (ALIGNED16 checks a base pointer; offsets stay aligned when they are multiples of VEC).
+   OpenCL's vloadn needs only element alignment. */
+#ifndef MIOPY_VEC_H
+#define MIOPY_VEC_H
+#include "common/miopy_types.h"
+
+#if MIOPY_DTYPE == 0
+#define VEC 4
+#else
+#define VEC 8
+#endif
+
+#ifdef __OPENCL_VERSION__
+#define ALIGNED16(p) 1
+#define UNROLL
+#define F_EXP exp
+#define F_EXPM1 expm1
+#define F_LOG1P log1p
+#define F_TANH tanh
+#define F_POW pow
+#define F_ABS fabs
+#define F_MIN fmin
+#define F_MAX fmax
+
+DEVICE_FN void load_vec(const GLOBAL data_t* p, i64 off, float* v)
+{
+#if MIOPY_DTYPE == 0
+    const float4 t = vload4(0, p + off);
+    v[0] = t.s0; v[1] = t.s1; v[2] = t.s2; v[3] = t.s3;
+#elif MIOPY_DTYPE == 1
+    const float8 t = vload_half8(0, p + off);
+    v[0] = t.s0; v[1] = t.s1; v[2] = t.s2; v[3] = t.s3;
+    v[4] = t.s4; v[5] = t.s5; v[6] = t.s6; v[7] = t.s7;
+#else
+    const ushort8 t = vload8(0, p + off);
+    v[0] = bf16_to_float(t.s0); v[1] = bf16_to_float(t.s1);
+    v[2] = bf16_to_float(t.s2); v[3] = bf16_to_float(t.s3);
+    v[4] = bf16_to_float(t.s4); v[5] = bf16_to_float(t.s5);
+    v[6] = bf16_to_float(t.s6); v[7] = bf16_to_float(t.s7);
+#endif
+}
+
+DEVICE_FN void store_vec(GLOBAL data_t* p, i64 off, const float* v)
+{
+#if MIOPY_DTYPE == 0
+    vstore4((float4)(v[0], v[1], v[2], v[3]), 0, p + off);
+#elif MIOPY_DTYPE == 1
+    vstore_half8_rte((float8)(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]), 0, p + off);
+#else
+    vstore8((ushort8)(float_to_bf16(v[0]), float_to_bf16(v[1]), float_to_bf16(v[2]),
+                      float_to_bf16(v[3]), float_to_bf16(v[4]), float_to_bf16(v[5]),
+                      float_to_bf16(v[6]), float_to_bf16(v[7])),
+            0, p + off);
+#endif
+}
+
+#else /* CUDA */
+#define ALIGNED16(p) ((((u64)(p)) & 15ull) == 0)
+#define UNROLL _Pragma("unroll")
+#define F_EXP expf
+#define F_EXPM1 expm1f
+#define F_LOG1P log1pf
+#define F_TANH tanhf
+#define F_POW powf
+#define F_ABS fabsf
+#define F_MIN fminf
+#define F_MAX fmaxf
+
+DEVICE_FN void load_vec(const data_t* p, i64 off, float* v)
+{
+#if MIOPY_DTYPE == 0
+    const float4 t = __ldg((const float4*)(p + off));
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+#else
+    const uint4 t = __ldg((const uint4*)(p + off));
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+    UNROLL
+    for(int k = 0; k < 4; ++k)
+    {
+#if MIOPY_DTYPE == 1
+        v[2 * k] = __half2float(__ushort_as_half((unsigned short)(w[k] & 0xffffu)));
+        v[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(w[k] >> 16)));
+#else
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+#endif
+    }
+#endif
+}
+
+DEVICE_FN void store_vec(data_t* p, i64 off, const float* v)
+{
+#if MIOPY_DTYPE == 0
+    *(float4*)(p + off) = make_float4(v[0], v[1], v[2], v[3]);
+#else
+    u32 w[4];
+    UNROLL
+    for(int k = 0; k < 4; ++k)
+    {
+#if MIOPY_DTYPE == 1
+        w[k] = (u32)__half_as_ushort(__float2half_rn(v[2 * k])) |
+               ((u32)__half_as_ushort(__float2half_rn(v[2 * k + 1])) << 16);
+#else
+        w[k] = (u32)float_to_bf16(v[2 * k]) | ((u32)float_to_bf16(v[2 * k + 1]) << 16);
+#endif
+    }
+    *(uint4*)(p + off) = make_uint4(w[0], w[1], w[2], w[3]);
+#endif
+}
+#endif
+
+#endif

@@ -1,0 +1,159 @@
+"""Activation as one elementwise kernel (kernels/common/activ.h).
+
+Packed: every tensor dense with the same strides, so the data are one flat array: 16-byte vector
+loads and stores (4 fp32 or 8 fp16/bf16 per work item), grid-stride. Strided: any lens and
+strides, one element per step; the fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from miopy.problem.activation import ActivationProblem
+from miopy.problem.passes import Pass
+from miopy.solution import KernelSpec, Solution
+from miopy.solvers.base import Solver
+from miopy.solvers.launch import grid_1d, specialize
+
+VEC_BYTES = 16
+
+
+def _dense_alike(problem: ActivationProblem) -> str | None:
+    descs = [d for _, d in problem.descs]
+    first = descs[0]
+    if first.element_space != first.element_count:
+        return "tensors are not dense"
+    if any(d.strides != first.strides for d in descs[1:]):
+        return "tensors have different strides"
+    return None
+
+
+def _scalars(problem: ActivationProblem) -> list:
+    """The kernels' trailing mode, alpha, beta, gamma."""
+    d = problem.desc
+    return [np.int32(int(d.mode)), np.float32(d.alpha), np.float32(d.beta), np.float32(d.gamma)]
+
+
+def _shape(problem: ActivationProblem) -> list:
+    n, c, d, h, w = problem.descs[0][1].lens5()
+    return [np.int32(v) for v in (n, c, d, h, w)]
+
+
+def _strides(problem: ActivationProblem, role: str) -> list:
+    return [np.int64(s) for s in problem.tensors()[role].strides5()]
+
+
+class _Activ(Solver):
+    algorithm = "direct"
+    dynamic = True
+    direction: Pass
+    packed: bool
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, ActivationProblem):
+            return "not an activation"
+        if problem.direction is not self.direction:
+            return f"direction is {problem.direction.name}"
+        if self.packed:
+            return _dense_alike(problem)
+        return None
+
+    def _spec(self, ctx, problem: ActivationProblem, kernel: str, work: int) -> KernelSpec:
+        global_size, local_size = grid_1d(work)
+        defines = {"MIOPY_DTYPE": problem.dtype.code}
+        if specialize(ctx):
+            defines["ACTIV_MODE"] = int(problem.desc.mode)
+        return KernelSpec("activ", kernel, defines, global_size, local_size)
+
+
+class ActivFwdPacked(_Activ):
+    name = "ActivFwdPacked"
+    id = 300
+    direction = Pass.FORWARD
+    packed = True
+
+    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+        n = problem.descs[0][1].element_count
+        vec = VEC_BYTES // problem.dtype.itemsize
+        spec = self._spec(ctx, problem, "activ_fwd_packed", -(-n // vec))
+        tail = [np.int64(n), *_scalars(problem)]
+
+        def factory(backend, kernels):
+            (kernel,) = kernels
+
+            def invoke(t, workspace):
+                kernel.launch(backend, [t["x"], t["y"], *tail])
+
+            return invoke
+
+        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+
+
+class ActivFwdStrided(_Activ):
+    name = "ActivFwdStrided"
+    id = 301
+    direction = Pass.FORWARD
+    packed = False
+
+    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+        spec = self._spec(ctx, problem, "activ_fwd_strided", problem.descs[0][1].element_count)
+        tail = [*_shape(problem), *_strides(problem, "x"), *_strides(problem, "y"), *_scalars(problem)]
+
+        def factory(backend, kernels):
+            (kernel,) = kernels
+
+            def invoke(t, workspace):
+                kernel.launch(backend, [t["x"], t["y"], *tail])
+
+            return invoke
+
+        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+
+
+def _bwd_buffers(problem: ActivationProblem, t: dict) -> list:
+    """x, y, dy, dx; a tensor the mode does not read may be absent (dx stands in for it)."""
+    return [t.get(r) if t.get(r) is not None else t["dx"] for r in ("x", "y", "dy")] + [t["dx"]]
+
+
+class ActivBwdPacked(_Activ):
+    name = "ActivBwdPacked"
+    id = 302
+    direction = Pass.BACKWARD
+    packed = True
+
+    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+        n = problem.descs[0][1].element_count
+        vec = VEC_BYTES // problem.dtype.itemsize
+        spec = self._spec(ctx, problem, "activ_bwd_packed", -(-n // vec))
+        tail = [np.int64(n), *_scalars(problem)]
+
+        def factory(backend, kernels):
+            (kernel,) = kernels
+
+            def invoke(t, workspace):
+                kernel.launch(backend, [*_bwd_buffers(problem, t), *tail])
+
+            return invoke
+
+        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+
+
+class ActivBwdStrided(_Activ):
+    name = "ActivBwdStrided"
+    id = 303
+    direction = Pass.BACKWARD
+    packed = False
+
+    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+        spec = self._spec(ctx, problem, "activ_bwd_strided", problem.descs[0][1].element_count)
+        strides = [s for r in ("x", "y", "dy", "dx") for s in _strides(problem, r)]
+        tail = [*_shape(problem), *strides, *_scalars(problem)]
+
+        def factory(backend, kernels):
+            (kernel,) = kernels
+
+            def invoke(t, workspace):
+                kernel.launch(backend, [*_bwd_buffers(problem, t), *tail])
+
+            return invoke
+
+        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)

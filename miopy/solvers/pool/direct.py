@@ -1,0 +1,147 @@
+"""Pooling with one work item per output (forward) or input (backward) position
+(kernels/common/pool.h); the window is compiled in, everything else is a run-time argument.
+
+Vec: channels-last tensors with C a multiple of the vector width: each work item takes 16 bytes of
+channels (4 fp32 or 8 fp16/bf16), neighbours take neighbouring channels, so every window tap is one
+coalesced vector load. Direct: any layout or strides; work items follow the output's memory order
+(channels innermost when its channel stride is 1) so that accesses stay coalesced."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from miopy.problem.passes import Pass
+from miopy.problem.pooling import IndexMode, PoolingProblem
+from miopy.solution import KernelSpec, Solution
+from miopy.solvers.base import Solver
+from miopy.solvers.launch import grid_1d, specialize
+
+VEC_BYTES = 16
+
+
+def _channels_last(desc) -> bool:
+    return desc.strides[1] == 1 and desc.lens[1] > 1
+
+
+def _vec_width(problem: PoolingProblem) -> int:
+    return VEC_BYTES // problem.dtype.itemsize
+
+
+def _vec_reason(problem: PoolingProblem) -> str | None:
+    vec = _vec_width(problem)
+    if problem.x.lens[1] % vec:
+        return f"C={problem.x.lens[1]} is not a multiple of {vec}"
+    for name, desc in (("x", problem.x), ("y", problem.y)):
+        if desc.strides[1] != 1:
+            return f"{name} is not channels-last"
+        if any(s % vec for s in desc.strides[:1] + desc.strides[2:]):
+            return f"{name} strides are not multiples of {vec}"
+    return None
+
+
+def shape_args(p: PoolingProblem) -> list:
+    """The POOL_SHAPE_ARGS of kernels/common/pool.h."""
+    n, c, di, hi, wi = p.x.lens5()
+    _, _, do, ho, wo = p.y.lens5()
+    two = p.spatial_dims == 2
+    strides = (1, *p.desc.strides) if two else p.desc.strides
+    pads = (0, *p.pads) if two else p.pads
+    index = p.index.strides5() if p.uses_index else (0,) * 5
+    window = (1, *p.desc.window) if two else p.desc.window
+    ints = [n, c, di, hi, wi, do, ho, wo, *window, *strides, *pads]
+    longs = [*p.x.strides5(), *p.y.strides5(), *index]
+    return [np.int32(v) for v in ints] + [np.int64(v) for v in longs]
+
+
+def defines(p: PoolingProblem, vec: bool, channels_last: bool, window_in: bool) -> dict:
+    d = p.desc
+    out = {
+        "MIOPY_DTYPE": p.dtype.code,
+        "POOL_MODE": d.mode.code,
+        "POOL_NHWC": int(channels_last),
+        "POOL_VEC": int(vec),
+    }
+    if window_in:
+        window = (1, *d.window) if p.spatial_dims == 2 else d.window
+        out.update(POOL_KD=window[0], POOL_KH=window[1], POOL_KW=window[2])
+    if p.uses_index:
+        out["POOL_SAVE_INDEX"] = 1
+        out["POOL_INDEX_TYPE"] = d.index_type.code
+        out["POOL_INDEX_IMAGE"] = int(d.index_mode is IndexMode.IMAGE)
+    return out
+
+
+class _Pool(Solver):
+    algorithm = "direct"
+    direction: Pass
+    vec: bool
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, PoolingProblem):
+            return "not a pooling"
+        if problem.direction is not self.direction:
+            return f"direction is {problem.direction.name}"
+        if self.vec:
+            return _vec_reason(problem)
+        return None
+
+    def get_solution(self, ctx, problem: PoolingProblem, config=None) -> Solution:
+        forward = self.direction is Pass.FORWARD
+        space = problem.y if forward else problem.x  # the positions work items own
+        channels_last = self.vec or _channels_last(space)
+        per_item = _vec_width(problem) if self.vec else 1
+        global_size, local_size = grid_1d(space.element_count // per_item)
+        spec = KernelSpec(
+            "pool",
+            "pool_fwd" if forward else "pool_bwd",
+            defines(problem, self.vec, channels_last, specialize(ctx)),
+            global_size,
+            local_size,
+        )
+        tail = shape_args(problem)
+        index = problem.uses_index
+
+        def factory(backend, kernels):
+            (kernel,) = kernels
+
+            if forward:
+
+                def invoke(t, workspace):
+                    kernel.launch(backend, [t["x"], t["y"], t["index"] if index else t["y"], *tail])
+
+            else:
+
+                def invoke(t, workspace):
+                    kernel.launch(backend, [t["dx"], t["dy"], t["index"] if index else t["dy"], *tail])
+
+            return invoke
+
+        return Solution(self.name, self.algorithm, problem, [spec], 0, factory)
+
+
+class PoolingFwdVec(_Pool):
+    name = "PoolingFwdVec"
+    id = 310
+    direction = Pass.FORWARD
+    vec = True
+
+
+class PoolingFwdDirect(_Pool):
+    name = "PoolingFwdDirect"
+    id = 311
+    direction = Pass.FORWARD
+    vec = False
+
+
+class PoolingBwdVec(_Pool):
+    name = "PoolingBwdVec"
+    id = 312
+    direction = Pass.BACKWARD
+    vec = True
+
+
+class PoolingBwdDirect(_Pool):
+    name = "PoolingBwdDirect"
+    id = 313
+    direction = Pass.BACKWARD
+    vec = False

@@ -1,0 +1,100 @@
+"""Activation solvers against the NumPy reference on OpenCL (PoCL in CI): every mode, forward and
+backward, packed (vectorised, with a scalar tail) and strided tensors, every data type."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from primitive_support import check_activ
+
+from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
+from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
+from miopy.tensor import TensorDesc
+
+# alpha, beta, gamma per mode: POWER keeps alpha + beta*x > 0 on x in (-2, 2) but for the last one
+PARAMS = {
+    ActivationMode.TANH: (0.75, 1.5, 1.0),
+    ActivationMode.POWER: (3.0, 0.5, 1.7),
+    ActivationMode.CLIPPED_RELU: (1.25, 1.0, 1.0),
+    ActivationMode.LEAKY_RELU: (0.125, 1.0, 1.0),
+    ActivationMode.ELU: (0.5, 1.0, 1.0),
+}
+FWD = {"packed": ActivFwdPacked(), "strided": ActivFwdStrided()}
+BWD = {"packed": ActivBwdPacked(), "strided": ActivBwdStrided()}
+
+
+def _desc(mode: ActivationMode) -> ActivationDesc:
+    return ActivationDesc(mode, *PARAMS.get(mode, (1.0, 1.0, 1.0)))
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+@pytest.mark.parametrize("mode", list(ActivationMode), ids=[m.name for m in ActivationMode])
+def test_every_mode_fp32(ocl, mode, direction):
+    rng = np.random.default_rng(int(mode) * 2 + (direction == "B"))
+    x = TensorDesc("fp32", (2, 3, 5, 7))  # 210 elements: 52 vectors and a tail of 2
+    problem = ActivationProblem.create(_desc(mode), x, direction)
+    solvers = FWD if direction == "F" else BWD
+    for solver in solvers.values():
+        assert solver.is_applicable(ocl, problem) is None
+        check_activ(ocl, solver.get_solution(ocl, problem), rng)
+
+
+def test_power_below_zero_is_zero(ocl):
+    desc = ActivationDesc("POWER", 0.5, 1.0, 2.5)  # alpha + beta*x <= 0 for x <= -0.5
+    for direction in "FB":
+        problem = ActivationProblem.create(desc, TensorDesc("fp32", (1, 4, 8, 9)), direction)
+        solver = (FWD if direction == "F" else BWD)["packed"]
+        check_activ(ocl, solver.get_solution(ocl, problem), np.random.default_rng(5))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_half_types(ocl, dtype, direction):
+    rng = np.random.default_rng(11)
+    solvers = FWD if direction == "F" else BWD
+    for mode in (ActivationMode.LOGISTIC, ActivationMode.RELU, ActivationMode.ELU):
+        x = TensorDesc(dtype, (3, 8, 5, 9), layout="NHWC")
+        problem = ActivationProblem.create(_desc(mode), x, direction)
+        check_activ(ocl, solvers["packed"].get_solution(ocl, problem), rng)
+    x = TensorDesc(dtype, (2, 3, 4, 5), strides=(100, 30, 6, 1))
+    problem = ActivationProblem.create(_desc(ActivationMode.TANH), x, direction)
+    check_activ(ocl, solvers["strided"].get_solution(ocl, problem), rng)
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_mixed_strides_and_3d(ocl, direction):
+    """Each tensor its own layout: only the strided solver applies."""
+    rng = np.random.default_rng(3)
+    lens = (2, 3, 4, 5, 6)
+    descs = {
+        "x": TensorDesc("fp32", lens, layout="NDHWC"),
+        "y": TensorDesc("fp32", lens, layout="NCDHW"),
+        "dy": TensorDesc("fp32", lens, strides=(800, 200, 40, 8, 1)),
+        "dx": TensorDesc("fp32", lens, layout="NDHWC"),
+    }
+    if direction == "F":
+        descs = {r: descs[r] for r in ("x", "y")}
+    problem = ActivationProblem(_desc(ActivationMode.ELU), direction, **descs)
+    solvers = FWD if direction == "F" else BWD
+    assert solvers["packed"].is_applicable(ocl, problem) == "tensors have different strides"
+    check_activ(ocl, solvers["strided"].get_solution(ocl, problem), rng)
+
+
+def test_compiled_in_mode(ocl):
+    """The kernels GPUs get (mode compiled in) agree too."""
+
+    class CudaLike:
+        backend_name = "cuda"
+
+    rng = np.random.default_rng(8)
+    for mode, direction in ((ActivationMode.SOFTRELU, "F"), (ActivationMode.LOGISTIC, "B")):
+        problem = ActivationProblem.create(_desc(mode), TensorDesc("fp16", (2, 8, 4, 4)), direction)
+        solution = (FWD if direction == "F" else BWD)["packed"].get_solution(CudaLike(), problem)
+        assert ("ACTIV_MODE", int(mode)) in solution.kernels[0].defines
+        check_activ(ocl, solution, rng)
+
+
+def test_solvers_refuse_other_problems(ocl):
+    fwd = ActivationProblem.create(_desc(ActivationMode.RELU), TensorDesc("fp32", (1, 2, 3, 4)), "F")
+    assert BWD["packed"].is_applicable(ocl, fwd) == "direction is FORWARD"
+    assert FWD["strided"].is_applicable(ocl, object()) == "not an activation"

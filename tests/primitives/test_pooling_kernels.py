@@ -1,0 +1,137 @@
+"""Pooling solvers against the NumPy reference on OpenCL (PoCL in CI): max (index inside the
+window or in the image, every index type), average with and without padding, 2-D and 3-D, every
+layout, pad modes, forward and backward, every data type. The index must match exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from primitive_support import check_pool
+
+from miopy.problem.pooling import PoolingDesc, PoolingProblem
+from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.tensor import TensorDesc
+
+FWD = {"vec": PoolingFwdVec(), "direct": PoolingFwdDirect()}
+BWD = {"vec": PoolingBwdVec(), "direct": PoolingBwdDirect()}
+
+
+def _solvers(direction: str) -> dict:
+    return FWD if direction == "F" else BWD
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+@pytest.mark.parametrize("mode", ["max", "avg", "avg_in"])
+def test_modes_layouts_fp32(ocl, mode, direction):
+    rng = np.random.default_rng(hash((mode, direction)) % 2**32)
+    cases = [
+        ((2, 3, 9, 11), "NCHW", PoolingDesc(mode, (3, 3), (2, 2), (1, 1))),
+        (
+            (2, 8, 9, 11),
+            "NHWC",
+            PoolingDesc(mode, (3, 2), (2, 1), (1, 0), index_mode="image", index_type="u16"),
+        ),
+        ((1, 5, 7, 8), "NHWC", PoolingDesc(mode, (2, 3), (1, 3), (0, 2), index_type="u32")),
+    ]
+    for lens, layout, desc in cases:
+        problem = PoolingProblem.create(desc, TensorDesc("fp32", lens, layout=layout), direction)
+        solver = _solvers(direction)["direct"]
+        assert solver.is_applicable(ocl, problem) is None
+        check_pool(ocl, solver.get_solution(ocl, problem), rng)
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_vectorised_channels_last(ocl, dtype, direction):
+    """C a multiple of the vector width, channels-last: the Vec solver applies and agrees."""
+    rng = np.random.default_rng(4)
+    c = 16 if dtype != "fp32" else 12
+    for mode, index_mode in (("max", "mask"), ("max", "image"), ("avg", "mask")):
+        desc = PoolingDesc(mode, (3, 3), (2, 2), (1, 1), index_mode=index_mode, index_type="u16")
+        problem = PoolingProblem.create(desc, TensorDesc(dtype, (2, c, 10, 9), layout="NHWC"), direction)
+        solver = _solvers(direction)["vec"]
+        assert solver.is_applicable(ocl, problem) is None
+        check_pool(ocl, solver.get_solution(ocl, problem), rng)
+
+
+def test_vec_not_applicable():
+    nchw = PoolingProblem.create(PoolingDesc(), TensorDesc("fp16", (1, 16, 8, 8)))
+    assert FWD["vec"].is_applicable(None, nchw) == "x is not channels-last"
+    odd = PoolingProblem.create(PoolingDesc(), TensorDesc("fp16", (1, 12, 8, 8), layout="NHWC"))
+    assert FWD["vec"].is_applicable(None, odd) == "C=12 is not a multiple of 8"
+    assert BWD["direct"].is_applicable(None, odd) == "direction is FORWARD"
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_3d(ocl, direction):
+    rng = np.random.default_rng(9)
+    for layout, mode, index_mode in (
+        ("NCDHW", "max", "image"),
+        ("NDHWC", "max", "mask"),
+        ("NCDHW", "avg_in", "mask"),
+    ):
+        desc = PoolingDesc(mode, (2, 3, 3), (2, 2, 1), (1, 1, 0), index_mode=index_mode, index_type="u32")
+        problem = PoolingProblem.create(desc, TensorDesc("fp32", (2, 3, 5, 6, 7), layout=layout), direction)
+        check_pool(ocl, _solvers(direction)["direct"].get_solution(ocl, problem), rng)
+
+
+@pytest.mark.parametrize("pad_mode", ["same", "valid"])
+def test_pad_modes_and_index_types(ocl, pad_mode):
+    rng = np.random.default_rng(2)
+    for index_type in ("u8", "u64"):
+        desc = PoolingDesc("max", (3, 2), (2, 3), pad_mode=pad_mode, index_type=index_type)
+        for direction in "FB":
+            problem = PoolingProblem.create(desc, TensorDesc("fp16", (2, 3, 11, 10)), direction)
+            check_pool(ocl, _solvers(direction)["direct"].get_solution(ocl, problem), rng)
+
+
+def test_strided_tensors_and_no_index(ocl):
+    rng = np.random.default_rng(6)
+    x = TensorDesc("bf16", (2, 3, 7, 9), strides=(300, 90, 12, 1))
+    desc = PoolingDesc("max", (3, 3), (2, 2), (1, 1), index_type="u8")
+    forward = PoolingProblem.create(desc, x, "F", y_strides=(100, 1, 20, 3), save_index=False)
+    assert "index" not in forward.tensors()
+    check_pool(ocl, FWD["direct"].get_solution(ocl, forward), rng)
+    backward = PoolingProblem.create(desc, x, "B", y_strides=(100, 1, 20, 3))
+    check_pool(ocl, BWD["direct"].get_solution(ocl, backward), rng)
+
+
+def test_backward_uses_the_kernels_own_index(ocl):
+    """Forward on the device, then backward from the index it wrote: dx equals the reference."""
+    from primitive_support import assert_close, logical, run
+
+    from miopy.reference.conv import store_logical
+    from miopy.reference.pooling import pool_backward
+
+    rng = np.random.default_rng(12)
+    x = TensorDesc("fp32", (2, 8, 9, 9), layout="NHWC")
+    desc = PoolingDesc("max", (3, 3), (2, 2), (1, 1))
+    fwd = PoolingProblem.create(desc, x, "F")
+    host = {
+        "x": store_logical(rng.uniform(0, 1, x.lens), x),
+        "y": store_logical(np.zeros(fwd.y.lens), fwd.y),
+        "index": np.zeros(fwd.index.element_space, np.uint8),
+    }
+    run(ocl, FWD["vec"].get_solution(ocl, fwd), host)
+    bwd = PoolingProblem.create(desc, x, "B")
+    dy = rng.uniform(-1, 1, fwd.y.lens)
+    host_b = {
+        "dy": store_logical(dy, bwd.y),
+        "dx": store_logical(np.full(x.lens, np.nan), x),
+        "index": host["index"],
+    }
+    run(ocl, BWD["direct"].get_solution(ocl, bwd), host_b)
+    want = pool_backward(bwd, dy, logical(fwd, "index", host["index"]))
+    assert_close(logical(bwd, "dx", host_b["dx"]), want, "FP32", "backward from the device's index")
+    assert np.count_nonzero(want) > 0
+
+
+def test_compiled_in_window(ocl):
+    class CudaLike:
+        backend_name = "cuda"
+
+    desc = PoolingDesc("avg", (3, 3), (2, 2), (1, 1))
+    problem = PoolingProblem.create(desc, TensorDesc("fp16", (2, 16, 9, 9), layout="NHWC"))
+    solution = FWD["vec"].get_solution(CudaLike(), problem)
+    assert ("POOL_KW", 3) in solution.kernels[0].defines
+    check_pool(ocl, solution, np.random.default_rng(1))
