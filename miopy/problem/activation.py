@@ -249,6 +249,10 @@ class ActivationProblem:
             raise bad("key", key, f"expected one layout or {len(roles)}")
         return cls(desc, direction, **{r: desc_from_key(dtype, lens, lay) for r, lay in zip(roles, lays)})
 
+    def invoker_key(self) -> str:
+        """The key names every tensor's strides already (a packed tensor by its layout)."""
+        return self.key()
+
     def network_config(self) -> str:
         """What an invoker depends on; alpha, beta, gamma included while invokers bind them."""
         return self.key()

@@ -442,6 +442,10 @@ class PoolingProblem:
         ylens = (*lens[:2], *desc.output(lens[2:])[0])
         return cls(desc, x, desc_from_key(dtype, ylens, lays[1]), m["dir"], save)
 
+    def invoker_key(self) -> str:
+        """The key names every tensor's strides already (a packed tensor by its layout)."""
+        return self.key()
+
     def network_config(self) -> str:
         return self.key()
 

@@ -22,8 +22,8 @@ def run(handle, solution, host: dict[str, np.ndarray]) -> None:
     problem = solution.problem
     backend = handle.backend
     bufs = {role: backend.upload(arr) for role, arr in host.items()}
-    invoker = handle.prepare_invoker(solution)
-    invoker(bufs, None)
+    kernels = [handle.compile(spec) for spec in solution.kernels]
+    solution.invoker_factory(backend, kernels)(bufs, None)
     for role in problem.outputs:
         backend.download(bufs[role], host[role])
     backend.synchronize()

@@ -1,0 +1,369 @@
+"""Every activation and pooling case of a ResNet-50 training step (forward and backward, batch 32)
+on a GPU, miopy next to PyTorch in one process, as a share of the device-to-device copy rate
+measured in the same run. fp16 runs channels-last (NHWC), fp32 runs NCHW.
+
+Both sides are timed the same way: device events around ITERS back-to-back launches queued up
+behind a sleep kernel (the GPU never waits for the host), rotating over enough input sets that
+they do not sit in L2, median of REPS such loops. Every applicable miopy solver is checked against
+PyTorch's result and timed; the fastest is reported (what find would pick). Bandwidth counts the
+bytes each side must move at least (miopy's problem.bytes(): reads plus writes, the max-pool index
+as uint8); "% copy" divides it by the rate of a 1 GiB device-to-device copy, "% same-size copy"
+by that of a copy moving the same number of bytes. Needs torch, cupy and cuda-bindings.
+
+    python benchmarks/activ_pool.py [--dtypes fp16,fp32] [--json out.json]
+
+Goals (issue 7): every activation >= 85 % of copy, max pool 3x3/s2 forward >= 70 %, no case
+slower than PyTorch. Exit status 1 when a result is wrong; goals missed are only reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from miopy.handle import Handle
+from miopy.problem.activation import ActivationDesc, ActivationProblem
+from miopy.problem.pooling import PoolingDesc, PoolingProblem
+from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
+from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.tensor import TensorDesc
+
+BATCH = 32
+# (C, H=W, ReLUs of this shape in one forward pass) of ResNet-50 v1.5 (torchvision)
+RELUS = [
+    (64, 112, 1),
+    (64, 56, 6),
+    (256, 56, 3),
+    (128, 56, 1),
+    (128, 28, 7),
+    (512, 28, 4),
+    (256, 28, 1),
+    (256, 14, 11),
+    (1024, 14, 6),
+    (512, 14, 1),
+    (512, 7, 5),
+    (2048, 7, 3),
+]
+# (name, C, H=W, window, stride, pad, mode)
+POOLS = [("maxpool 3x3/s2", 64, 112, 3, 2, 1, "max"), ("global avgpool 7x7", 2048, 7, 7, 1, 0, "avg")]
+SOLVERS = [
+    ActivFwdPacked(),
+    ActivFwdStrided(),
+    ActivBwdPacked(),
+    ActivBwdStrided(),
+    PoolingFwdVec(),
+    PoolingFwdDirect(),
+    PoolingBwdVec(),
+    PoolingBwdDirect(),
+]
+ITERS, REPS = 50, 7
+L2_BYTES = 60 << 20  # a little more than the H200's L2
+TORCH_DTYPE = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
+TOL = {"fp16": 2e-3, "fp32": 1e-5, "bf16": 1.6e-2}
+
+
+def device_us(fns, iters: int = ITERS) -> float:
+    """Median over REPS of the mean device time of ``iters`` launches, cycling through ``fns``."""
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        torch.cuda._sleep(20_000_000)  # ~10 ms: the host queues every launch before the GPU starts
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(iters):
+            fns[i % len(fns)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / iters)
+    return statistics.median(times)
+
+
+def copy_rate(nbytes: int) -> float:
+    """Bytes moved (read + written) per microsecond by a device-to-device copy of ``nbytes``."""
+    sets = max(2, math.ceil(2 * L2_BYTES / nbytes))
+    src = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(min(sets, 64))]
+    dst = [torch.empty_like(s) for s in src]
+    us = device_us([functools.partial(d.copy_, s) for d, s in zip(dst, src)])
+    return 2 * nbytes / us
+
+
+def invoker(handle, solution):
+    """A callable invoker for ``solution`` (kernels compiled through the handle's caches)."""
+    kernels = [handle.compile(spec) for spec in solution.kernels]
+    return solution.invoker_factory(handle.backend, kernels)
+
+
+def torch_tensor(lens, dtype: str, layout: str, fill=None) -> torch.Tensor:
+    t = torch.empty(lens, dtype=TORCH_DTYPE[dtype], device="cuda")
+    if layout == "NHWC":
+        t = t.to(memory_format=torch.channels_last)
+    if fill == "uniform":
+        t.uniform_(-2, 2)
+    elif fill == "grad":
+        t.uniform_(-0.5, 0.5)
+    elif fill is not None:
+        t.fill_(fill)
+    return t
+
+
+def n_sets(bytes_per_set: int) -> int:
+    return max(2, min(32, math.ceil(2 * L2_BYTES / bytes_per_set)))
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: str) -> float:
+    got, want = got.double(), want.double()
+    err = ((got - want).abs() / want.abs().clamp_min(1.0)).max().item()
+    return err if math.isfinite(err) else float("inf")
+
+
+def best_of_ours(handle, problem, make_args, check) -> dict:
+    """Check and time every applicable solver on the argument sets ``make_args()`` returns."""
+    rows = []
+    args = make_args()
+    for solver in SOLVERS:
+        if solver.is_applicable(handle, problem) is not None:
+            continue
+        sol = solver.get_solution(handle, problem)
+        inv = invoker(handle, sol)
+        err = check(inv, args[0])
+        us = device_us([functools.partial(inv, a, None) for a in args])
+        rows.append({"solver": solver.name, "us": us, "err": err})
+    ok = [r for r in rows if r["err"] <= 1.0]
+    return {"best": min(ok, key=lambda r: r["us"]) if ok else None, "all": rows}
+
+
+def activ_case(handle, dtype: str, layout: str, c: int, hw: int, direction: str) -> dict:
+    lens = (BATCH, c, hw, hw)
+    desc = TensorDesc(dtype, lens, layout=layout)
+    problem = ActivationProblem.create(ActivationDesc("RELU"), desc, direction)
+    nbytes = problem.bytes()
+    sets = n_sets(nbytes)
+    be = handle.backend
+    xs = [torch_tensor(lens, dtype, layout, "uniform") for _ in range(sets)]
+    if direction == "F":
+        ys = [torch.empty_like(x) for x in xs]
+        torch_us = device_us([functools.partial(F.relu, x) for x in xs])
+
+        def make_args():
+            return [{"x": be.wrap(x), "y": be.wrap(y)} for x, y in zip(xs, ys)]
+
+        def check(inv, a):
+            ys[0].fill_(float("nan"))
+            inv(a, None)
+            torch.cuda.synchronize()
+            return close(ys[0], F.relu(xs[0]), dtype) / TOL[dtype]
+
+    else:
+        ys = [F.relu(x) for x in xs]
+        dys = [torch_tensor(lens, dtype, layout, "grad") for _ in range(sets)]
+        dxs = [torch.empty_like(x) for x in xs]
+        tb = torch.ops.aten.threshold_backward
+        torch_us = device_us([functools.partial(tb, dy, y, 0) for dy, y in zip(dys, ys)])
+
+        def make_args():
+            return [
+                {"x": be.wrap(x), "y": be.wrap(y), "dy": be.wrap(dy), "dx": be.wrap(dx)}
+                for x, y, dy, dx in zip(xs, ys, dys, dxs)
+            ]
+
+        def check(inv, a):
+            dxs[0].fill_(float("nan"))
+            inv(a, None)
+            torch.cuda.synchronize()
+            return close(dxs[0], tb(dys[0], ys[0], 0), dtype) / TOL[dtype]
+
+    ours = best_of_ours(handle, problem, make_args, check)
+    return {"case": f"relu {c}x{hw}x{hw}", "bytes": nbytes, "torch_us": torch_us, **ours}
+
+
+def pool_case(handle, dtype: str, layout: str, pool, direction: str) -> dict:
+    name, c, hw, k, s, p, mode = pool
+    lens = (BATCH, c, hw, hw)
+    x_desc = TensorDesc(dtype, lens, layout=layout)
+    pdesc = PoolingDesc(mode, (k, k), (s, s), (p, p))
+    problem = PoolingProblem.create(pdesc, x_desc, direction)
+    fwd = PoolingProblem.create(pdesc, x_desc, "F")
+    nbytes = problem.bytes()
+    sets = n_sets(nbytes)
+    be = handle.backend
+    xs = [torch_tensor(lens, dtype, layout, "uniform") for _ in range(sets)]
+    if mode == "max":
+
+        def torch_fwd(x):
+            return torch.ops.aten.max_pool2d_with_indices(x, [k, k], [s, s], [p, p])
+
+        def torch_bwd(dy, x, idx):
+            return torch.ops.aten.max_pool2d_with_indices_backward(
+                dy, x, [k, k], [s, s], [p, p], [1, 1], False, idx
+            )
+
+    else:
+
+        def torch_fwd(x):
+            return F.adaptive_avg_pool2d(x, 1), None
+
+        def torch_bwd(dy, x, idx):
+            return torch.ops.aten._adaptive_avg_pool2d_backward(dy, x)
+
+    outs = [torch_fwd(x) for x in xs]
+    ylens = fwd.y.lens
+    ys = [torch_tensor(ylens, dtype, layout) for _ in range(sets)]
+    index = fwd.index
+    idx_bufs = (
+        [torch.zeros(index.element_count, dtype=torch.uint8, device="cuda") for _ in range(sets)]
+        if index
+        else []
+    )
+
+    def args_fwd(i):
+        a = {"x": be.wrap(xs[i]), "y": be.wrap(ys[i])}
+        if index:
+            a["index"] = be.wrap(idx_bufs[i])
+        return a
+
+    if direction == "F":
+        torch_us = device_us([functools.partial(torch_fwd, x) for x in xs])
+
+        def make_args():
+            return [args_fwd(i) for i in range(sets)]
+
+        def check(inv, a):
+            ys[0].fill_(float("nan"))
+            inv(a, None)
+            torch.cuda.synchronize()
+            return close(ys[0], outs[0][0], dtype) / TOL[dtype]
+
+    else:
+        # the index our forward pass leaves, and torch's own indices, feed the two backward passes
+        fsol = next(sv for sv in SOLVERS if sv.is_applicable(handle, fwd) is None).get_solution(handle, fwd)
+        finv = invoker(handle, fsol)
+        for i in range(sets):
+            finv(args_fwd(i), None)
+        dys = [torch_tensor(ylens, dtype, layout, "grad") for _ in range(sets)]
+        dxs = [torch.empty_like(x) for x in xs]
+        torch_us = device_us([functools.partial(torch_bwd, dy, x, o[1]) for dy, x, o in zip(dys, xs, outs)])
+
+        def make_args():
+            out = []
+            for i in range(sets):
+                a = {"dy": be.wrap(dys[i]), "dx": be.wrap(dxs[i])}
+                if index:
+                    a["index"] = be.wrap(idx_bufs[i])
+                out.append(a)
+            return out
+
+        def check(inv, a):
+            dxs[0].fill_(float("nan"))
+            inv(a, None)
+            torch.cuda.synchronize()
+            return close(dxs[0], torch_bwd(dys[0], xs[0], outs[0][1]), dtype) / TOL[dtype]
+
+    ours = best_of_ours(handle, problem, make_args, check)
+    return {"case": f"{name} {c}x{hw}x{hw}", "bytes": nbytes, "torch_us": torch_us, **ours}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="fp16,fp32")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    handle = Handle("cuda")
+    print(
+        f"device: {handle.info.name}, {handle.info.compute_units} SMs; torch {torch.__version__}", flush=True
+    )
+    big = copy_rate(1 << 30)
+    print(f"device-to-device copy of 1 GiB: {big / 1e3:.0f} GB/s (read + write)", flush=True)
+    results = []
+    wrong = []
+    for dtype in args.dtypes.split(","):
+        layout = "NHWC" if dtype in ("fp16", "bf16") else "NCHW"
+        cases = [("activ", (c, hw, count)) for c, hw, count in RELUS] + [("pool", pool) for pool in POOLS]
+        for kind, spec in cases:
+            for direction in ("F", "B"):
+                if kind == "activ":
+                    row = activ_case(handle, dtype, layout, spec[0], spec[1], direction)
+                    row["per_pass"] = spec[2]
+                else:
+                    row = pool_case(handle, dtype, layout, spec, direction)
+                    row["per_pass"] = 1
+                row.update(dtype=dtype, layout=layout, kind=kind, direction=direction)
+                same = copy_rate(max(row["bytes"] // 2, 1 << 20))
+                best = row["best"]
+                row["copy_big"] = big
+                row["copy_same"] = same
+                row["torch_pct"] = 100 * row["bytes"] / row["torch_us"] / big
+                if best is None:
+                    wrong.append(f"{dtype} {row['case']} {direction}: {row['all']}")
+                    print(f"{dtype} {row['case']:>28} {direction}: WRONG {row['all']}", flush=True)
+                    results.append(row)
+                    continue
+                row["ours_pct"] = 100 * row["bytes"] / best["us"] / big
+                row["ours_pct_same"] = 100 * row["bytes"] / best["us"] / same
+                print(
+                    f"{dtype} {layout} {row['case']:>28} {direction}: ours {best['us']:8.2f} us "
+                    f"{row['bytes'] / best['us'] / 1e3:6.0f} GB/s {row['ours_pct']:5.1f}% copy "
+                    f"({row['ours_pct_same']:5.1f}% same-size) [{best['solver']}] | torch "
+                    f"{row['torch_us']:8.2f} us {row['torch_pct']:5.1f}% | "
+                    f"x{row['torch_us'] / best['us']:4.2f}",
+                    flush=True,
+                )
+                results.append(row)
+    print(
+        "\n| dtype | case | dir | bytes | miopy us | % copy | % same-size copy | solver | torch us "
+        "| % copy | speed-up |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    misses = []
+    for r in results:
+        b = r["best"]
+        if b is None:
+            continue
+        print(
+            f"| {r['dtype']} | {r['case']} | {r['direction']} | {r['bytes'] / 1e6:.1f} MB | {b['us']:.2f} | "
+            f"{r['ours_pct']:.0f} | {r['ours_pct_same']:.0f} | {b['solver']} | {r['torch_us']:.2f} | "
+            f"{r['torch_pct']:.0f} | {r['torch_us'] / b['us']:.2f} |"
+        )
+        goal = (
+            85
+            if r["kind"] == "activ"
+            else (70 if r["case"].startswith("maxpool") and r["direction"] == "F" else 0)
+        )
+        if r["ours_pct"] < goal:
+            misses.append(
+                f"{r['dtype']} {r['case']} {r['direction']}: {r['ours_pct']:.0f}% of copy < {goal}%"
+            )
+        if b["us"] > r["torch_us"]:
+            misses.append(
+                f"{r['dtype']} {r['case']} {r['direction']}: slower than torch "
+                f"({b['us']:.2f} > {r['torch_us']:.2f} us)"
+            )
+    for dtype in args.dtypes.split(","):
+        sel = [r for r in results if r["dtype"] == dtype and r["best"]]
+        if sel:
+            ours = sum(r["best"]["us"] * r["per_pass"] for r in sel)
+            theirs = sum(r["torch_us"] * r["per_pass"] for r in sel)
+            print(
+                f"{dtype}: one training step's activations and pooling: miopy {ours:.0f} us, "
+                f"torch {theirs:.0f} us"
+            )
+    print("goals missed:" if misses else "all goals met", *misses, sep="\n  ")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1, default=str)
+    if wrong:
+        print("WRONG RESULTS:", *wrong, sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Activation and pooling solvers on a CUDA GPU against the NumPy references: modes and windows
+compiled in (what the GPU gets), the vector paths, and base pointers that are not 16-byte aligned
+(zero-copy views), which must fall back to scalar access."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from primitive_support import activ_inputs, assert_close, check_activ, check_pool, logical
+
+from miopy import backends
+from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
+from miopy.problem.pooling import PoolingDesc, PoolingProblem
+from miopy.reference.activation import activ_reference
+from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
+from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.tensor import TensorDesc
+
+_WHY = backends.unavailable_reason("cuda")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
+
+PARAMS = {
+    ActivationMode.TANH: (0.75, 1.5, 1.0),
+    ActivationMode.POWER: (3.0, 0.5, 1.7),
+    ActivationMode.CLIPPED_RELU: (1.25, 1.0, 1.0),
+    ActivationMode.LEAKY_RELU: (0.125, 1.0, 1.0),
+    ActivationMode.ELU: (0.5, 1.0, 1.0),
+}
+ACTIV = {"F": (ActivFwdPacked(), ActivFwdStrided()), "B": (ActivBwdPacked(), ActivBwdStrided())}
+POOL = {"F": (PoolingFwdVec(), PoolingFwdDirect()), "B": (PoolingBwdVec(), PoolingBwdDirect())}
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from miopy.handle import Handle
+
+    return Handle("cuda")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_activation_every_mode(cuda, dtype, direction):
+    rng = np.random.default_rng(1)
+    for mode in ActivationMode:
+        desc = ActivationDesc(mode, *PARAMS.get(mode, (1.0, 1.0, 1.0)))
+        packed = ActivationProblem.create(desc, TensorDesc(dtype, (3, 16, 9, 11), layout="NHWC"), direction)
+        strided = ActivationProblem.create(
+            desc, TensorDesc(dtype, (2, 3, 5, 6), strides=(120, 40, 7, 1)), direction
+        )
+        for solver, problem in zip(ACTIV[direction], (packed, strided)):
+            solution = solver.get_solution(cuda, problem)
+            assert ("ACTIV_MODE", int(mode)) in solution.kernels[0].defines
+            check_activ(cuda, solution, rng)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_activation_unaligned_views(cuda, dtype):
+    """x and y one element past a 16-byte boundary: the packed kernel takes its scalar path."""
+    import cupy as cp
+
+    from miopy.reference.conv import store_logical
+
+    rng = np.random.default_rng(2)
+    desc = ActivationDesc("ELU", 0.5)
+    problem = ActivationProblem.create(desc, TensorDesc(dtype, (2, 8, 7, 9)), "F")
+    host = activ_inputs(problem, rng)
+    want = activ_reference(problem, {"x": logical(problem, "x", host["x"])})
+    x = cp.asarray(np.concatenate([host["x"][:1], host["x"]]))[1:]
+    y = cp.asarray(np.concatenate([host["y"][:1], store_logical(np.full(problem.lens, np.nan), problem.y)]))[
+        1:
+    ]
+    solution = ActivFwdPacked().get_solution(cuda, problem)
+    kernels = [cuda.compile(s) for s in solution.kernels]
+    solution.invoker_factory(cuda.backend, kernels)(
+        {"x": cuda.backend.wrap(x), "y": cuda.backend.wrap(y)}, None
+    )
+    got = logical(problem, "y", cp.asnumpy(y))
+    assert_close(got, want, problem.dtype.value, "unaligned views")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_pooling(cuda, dtype, direction):
+    rng = np.random.default_rng(3)
+    cases = [
+        ((2, 16, 13, 12), "NHWC", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        (
+            (2, 16, 13, 12),
+            "NHWC",
+            PoolingDesc("max", (2, 3), (1, 2), (1, 0), index_mode="image", index_type="u16"),
+        ),
+        ((2, 16, 9, 9), "NHWC", PoolingDesc("avg", (3, 3), (2, 2), (1, 1))),
+        ((2, 16, 7, 7), "NHWC", PoolingDesc("avg_in", (7, 7), (1, 1))),
+        ((2, 3, 13, 12), "NCHW", PoolingDesc("max", (3, 3), (2, 2), (1, 1), index_type="u64")),
+        ((2, 5, 9, 10), "NCHW", PoolingDesc("avg", (3, 2), (2, 2), pad_mode="same")),
+        (
+            (2, 3, 5, 6, 7),
+            "NCDHW",
+            PoolingDesc("max", (2, 3, 3), (2, 2, 1), (1, 1, 0), index_mode="image", index_type="u32"),
+        ),
+        ((2, 16, 5, 6, 7), "NDHWC", PoolingDesc("avg_in", (2, 3, 3), (2, 2, 1), (1, 1, 0))),
+    ]
+    for lens, layout, desc in cases:
+        problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction)
+        ran = 0
+        for solver in POOL[direction]:
+            if solver.is_applicable(cuda, problem) is None:
+                solution = solver.get_solution(cuda, problem)
+                assert ("POOL_KW", desc.window[-1]) in solution.kernels[0].defines
+                check_pool(cuda, solution, rng)
+                ran += 1
+        assert ran == (2 if layout in ("NHWC", "NDHWC") else 1)
