@@ -6,16 +6,11 @@ verify against the NumPy reference (``-V 1``)."""
 
 from __future__ import annotations
 
-import hashlib
-import math
-import os
-import time
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from miopy import log
+from miopy.driver import harness
 from miopy.driver.cli import (
     EXIT_OK,
     EXIT_VERIFY_FAILED,
@@ -28,12 +23,9 @@ from miopy.driver.cli import (
 from miopy.errors import BadParm, NotImplementedStatus
 from miopy.problem.conv import DRIVER_SUBCOMMAND as SUBCOMMAND
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
-from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
+from miopy.reference.conv import conv_reference_buffers
 from miopy.reference.tolerance import tolerance as shared_tolerance
-from miopy.solvers.base import ALGORITHM_IDS
-from miopy.tensor import LAYOUTS_2D, LAYOUTS_3D, DataType, TensorDesc, from_storage, to_storage
-
-_log = log.get("miopy.driver")
+from miopy.tensor import LAYOUTS_2D, LAYOUTS_3D, DataType, TensorDesc
 
 FLAGS: list[Flag] = [
     Flag("n", "batchsize", 100, "mini-batch size"),
@@ -107,7 +99,6 @@ _NAMES = {
         "dump_bwd_dwei_gpu.bin",
     ),
 }
-_SEED = 20240229
 
 
 def _label(long: str) -> str:
@@ -239,58 +230,14 @@ def problem_from_args(
 _DTYPE_OF = {name: dtype for dtype, name in SUBCOMMAND.items()}
 
 
-# ---- data ---------------------------------------------------------------------------------------
+# ---- data and verification ---------------------------------------------------------------------
 
-
-def _random(desc: TensorDesc, role: str) -> np.ndarray:
-    """Uniform in [-1, 1), seeded per role, stored in the descriptor's layout."""
-    rng = np.random.default_rng([_SEED, "xwy".index(role)])
-    values = rng.random(desc.lens, dtype=np.float32) * 2 - 1
-    return store_logical(values, desc, fill=0.0)
-
-
-def _load(path: str, desc: TensorDesc, long: str) -> np.ndarray:
-    """A stored buffer from a file: .npy (logical shape, or a flat stored buffer) or raw bytes of the
-    stored dtype (element space of the descriptor, i.e. in its layout)."""
-    storage = desc.dtype.storage
-    try:
-        if path.endswith(".npy"):
-            array = np.load(path, allow_pickle=False)
-        else:
-            array = np.fromfile(path, dtype=storage)
-    except (OSError, ValueError) as exc:
-        raise _bad(long, path, f"cannot read ({exc})") from None
-    if array.shape == tuple(desc.lens):
-        values = array if array.dtype == storage else to_storage(array.astype(np.float32), desc.dtype)
-        if values.dtype != storage:
-            values = values.astype(storage)
-        flat = np.zeros(desc.element_space, dtype=storage)
-        view(flat, desc)[...] = values
-        return flat
-    flat = array.reshape(-1)
-    if flat.size != desc.element_space:
-        raise _bad(
-            long,
-            path,
-            f"holds {flat.size} elements of {storage}; the tensor needs "
-            f"{desc.element_space} ({'x'.join(map(str, desc.lens))} {desc.layout})",
-        )
-    if flat.dtype != storage:
-        flat = to_storage(flat.astype(np.float32), desc.dtype)
-    return np.ascontiguousarray(flat, dtype=storage)
+_FILES = {"x": "in_data", "w": "weights", "y": "dout_data"}
 
 
 def _inputs(problem: ConvProblem, values: dict[str, Any]) -> dict[str, np.ndarray]:
-    files = {"x": "in_data", "w": "weights", "y": "dout_data"}
-    descs = {"x": problem.x, "w": problem.w, "y": problem.y}
-    out = {}
-    for role, desc in descs.items():
-        path = values[files[role]]
-        out[role] = _load(path, desc, files[role]) if path else _random(desc, role)
-    return out
-
-
-# ---- verification -------------------------------------------------------------------------------
+    files = {role: (values[long], _label(long)) for role, long in _FILES.items()}
+    return harness.inputs(problem, files, {role: "xwy".index(role) for role in "xwy"})
 
 
 def tolerance(problem: ConvProblem, solution: Any = None) -> float:
@@ -298,32 +245,25 @@ def tolerance(problem: ConvProblem, solution: Any = None) -> float:
     return shared_tolerance(problem, solution)
 
 
-def reference(problem: ConvProblem, buffers: dict[str, np.ndarray], cache_dir: str) -> np.ndarray:
-    """The CPU reference output (float64, logical shape), through the -C cache when given."""
-    path = None
-    if cache_dir:
-        digest = hashlib.sha256(problem.key().encode())
-        for role in problem.input_roles:
-            digest.update(role.encode() + np.ascontiguousarray(buffers[role]).tobytes())
-        path = Path(cache_dir).expanduser() / f"ref-{digest.hexdigest()[:40]}.npy"
-        try:
-            cached = np.load(path, allow_pickle=False)
-            if cached.shape == tuple(
-                {"x": problem.x, "w": problem.w, "y": problem.y}[problem.output_role].lens
-            ):
-                return cached
-        except (OSError, ValueError):
-            pass
-    ref = conv_reference_buffers(problem, {r: buffers[r] for r in problem.input_roles})
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-            np.save(tmp, ref)
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warn_once(_log, f"verification cache {cache_dir}: not written ({exc})")
-    return ref
+def reference(problem: ConvProblem, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The expected output by role (float64, logical shape)."""
+    return {problem.output_role: conv_reference_buffers(problem, inputs)}
+
+
+def case(problem: ConvProblem) -> harness.Case:
+    """How the harness runs, times, dumps and verifies one direction."""
+    run_name, verify_name, _, dump_name = _NAMES[problem.direction]
+    return harness.Case(
+        problem,
+        run_name,
+        verify_name,
+        dump_name,
+        reference=reference,
+        tolerance=tolerance,
+        stats=lambda ms: list(_stats(problem, ms)),
+        solution_flag=_label("solution"),
+        what=problem.direction.title,
+    )
 
 
 # ---- running ------------------------------------------------------------------------------------
@@ -347,50 +287,15 @@ def _check_supported(values: dict[str, Any]) -> None:
     for long in ("in_cast_type", "out_cast_type", "wei_cast_type"):
         if values[long] != -1:
             raise NotImplementedStatus(f"{_label(long)}={values[long]}: cast types are not implemented")
-    if values["iter"] < 1:
-        raise _bad("iter", values["iter"], "must be positive")
-    for long, allowed in (
-        ("time", (0, 1)),
-        ("wall", (0, 1, 2)),
-        ("verify", (0, 1)),
-        ("search", (0, 1)),
-        ("printconv", (0, 1)),
-        ("dump_output", (0, 1)),
-        ("gpualloc", (0, 1)),
-    ):
-        if values[long] not in allowed:
-            raise _bad(long, values[long], f"expected {' or '.join(map(str, allowed))}")
+    harness.check_common(values, _label)
+    for long in ("printconv", "gpualloc"):
+        if values[long] not in (0, 1):
+            raise _bad(long, values[long], "expected 0 or 1")
     if values["gpualloc"] and values["verify"]:
         raise BadParm(
             f"{_label('gpualloc')}=1 with {_label('verify')}=1: buffers initialised on the "
             "device have no host copy, so verification cannot pass; add -V 0"
         )
-
-
-def _choose(handle, problem: ConvProblem, values: dict[str, Any], host: dict[str, np.ndarray]):
-    from miopy.engine.find import FindOptions, find_solutions, get_solutions, solution_for
-
-    selected = str(values["solution"]).strip()
-    number = int(selected) if selected.lstrip("+-").isdigit() else None
-    tuning = bool(values["search"])
-    if number is not None and number < 0:
-        solutions = find_solutions(handle, problem, FindOptions(tuning=tuning), tensors=host)
-        if not solutions:
-            raise BadParm(f"problem={problem.key()}: find returned no solution")
-        return solutions[0]
-    if tuning:
-        from miopy.engine.tune import tune
-
-        tune(handle, problem)
-    if number == 0:
-        solutions = get_solutions(handle, problem)
-        if not solutions:
-            raise BadParm(f"problem={problem.key()}: no applicable solution")
-        return solutions[0]
-    try:
-        return solution_for(handle, problem, number if number is not None else selected)
-    except BadParm as exc:
-        raise BadParm(f"{_label('solution')}={selected} ({problem.direction.title}): {exc}") from None
 
 
 def _describe(problem: ConvProblem) -> str:
@@ -439,73 +344,6 @@ def _stats(problem: ConvProblem, ms: float) -> tuple[str, str]:
     return head, line
 
 
-def _run_direction(
-    handle, problem: ConvProblem, values: dict[str, Any], inputs: dict[str, np.ndarray], out: TextIO
-) -> bool:
-    """Choose, run, time and verify one direction; False when verification failed."""
-    from miopy.engine.find import time_solution
-
-    run_name, verify_name, _, dump_name = _NAMES[problem.direction]
-    role = problem.output_role
-    desc = {"x": problem.x, "w": problem.w, "y": problem.y}[role]
-    host = dict(inputs)
-    host[role] = np.zeros(desc.element_space, dtype=desc.dtype.storage)
-    solution = _choose(handle, problem, values, host)
-    solver_id = solution.solver_id if solution.solver_id is not None else -1
-    algo = ALGORITHM_IDS.get(solution.algorithm, -1)
-    print(f"MIOpen {run_name} Algorithm: {algo}, Solution: {solver_id}/{solution.solver}", file=out)
-    out.flush()
-
-    backend = handle.backend
-    device = {r: backend.upload(a) for r, a in host.items()}
-    workspace = backend.alloc(solution.workspace) if solution.workspace else None
-    iters = values["iter"]
-    ran = 0
-    if values["time"]:
-        times = time_solution(handle, solution, device, iters)
-        ran += len(times)
-        kept = times[1:] if len(times) > 1 else times
-        ms = float(sum(kept) / len(kept))
-        print(f"GPU Kernel Time {run_name} Elapsed: {ms:f} ms (average)", file=out)
-        for line in _stats(problem, ms):
-            print(line, file=out)
-    if values["wall"]:
-        if values["wall"] == 2:
-            solution.run(handle, device, workspace)
-        start = time.perf_counter()
-        for _ in range(iters):
-            solution.run(handle, device, workspace)
-        wall_ms = (time.perf_counter() - start) * 1e3 / iters
-        ran += iters
-        print(f"Wall-clock Time {run_name} Elapsed: {wall_ms:f} ms", file=out)
-    left = iters - ran  # -i runs in all; the last one's output is kept
-    if left <= 0 and not values["wall"]:
-        left = 1  # the timed runs wrote to scratch copies
-    for _ in range(left):
-        solution.run(handle, device, workspace)
-    backend.download(device[role], host[role])
-    backend.synchronize()
-
-    if values["dump_output"]:
-        host[role].tofile(dump_name)
-        print(
-            f"Wrote {verify_name} output to {os.path.abspath(dump_name)} ({desc.dtype.value} raw, "
-            f"{desc.layout} {'x'.join(map(str, desc.lens))})",
-            file=out,
-        )
-    if not values["verify"]:
-        return True
-    ref = reference(problem, host, values["verification_cache"])
-    got = from_storage(view(host[role], desc), problem.dtype)
-    err = rms_range(got, ref)
-    tol = tolerance(problem, solution)
-    if math.isfinite(err) and err < tol:
-        print(f"{verify_name} Verifies OK on CPU reference ({err:g} < {tol:g})", file=out)
-        return True
-    print(f"{verify_name} FAILED: {err:g} > {tol:g}", file=out)
-    return False
-
-
 def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
     dtype = DataType.parse(dtype_name)
     sub = SUBCOMMAND[dtype]
@@ -526,7 +364,7 @@ def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
     inputs = _inputs(problems[0], values)
     ok = True
     for problem in problems:
-        ok = _run_direction(handle, problem, values, inputs, out) and ok
+        ok = harness.run_case(handle, case(problem), values, inputs, out) and ok
         out.flush()
     return EXIT_OK if ok else EXIT_VERIFY_FAILED
 

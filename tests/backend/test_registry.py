@@ -12,7 +12,7 @@ import pytest
 
 from miopy import backends
 from miopy.engine.candidates import make_solution
-from miopy.reference.conv import rms_range, store_logical, view
+from miopy.reference.common import rms_range, store_logical, view
 from miopy.reference.tolerance import BASE
 from miopy.solvers import SOLVERS
 from miopy.tensor import from_storage
