@@ -28,11 +28,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from miopy.engine.candidates import make_solution
 from miopy.handle import Handle
 from miopy.problem.activation import ActivationDesc, ActivationProblem
 from miopy.problem.pooling import PoolingDesc, PoolingProblem
-from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
-from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.solution import InvokeArgs
+from miopy.solvers import solvers_for
 from miopy.tensor import TensorDesc
 
 BATCH = 32
@@ -53,16 +54,7 @@ RELUS = [
 ]
 # (name, C, H=W, window, stride, pad, mode)
 POOLS = [("maxpool 3x3/s2", 64, 112, 3, 2, 1, "max"), ("global avgpool 7x7", 2048, 7, 7, 1, 0, "avg")]
-SOLVERS = [
-    ActivFwdPacked(),
-    ActivFwdStrided(),
-    ActivBwdPacked(),
-    ActivBwdStrided(),
-    PoolingFwdVec(),
-    PoolingFwdDirect(),
-    PoolingBwdVec(),
-    PoolingBwdDirect(),
-]
+SOLVERS = [*solvers_for("activ"), *solvers_for("pool")]
 ITERS, REPS = 50, 7
 L2_BYTES = 60 << 20  # a little more than the H200's L2
 TORCH_DTYPE = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
@@ -97,9 +89,13 @@ def copy_rate(nbytes: int) -> float:
 
 
 def invoker(handle, solution):
-    """A callable invoker for ``solution`` (kernels compiled through the handle's caches)."""
-    kernels = [handle.compile(spec) for spec in solution.kernels]
-    return solution.invoker_factory(handle.backend, kernels)
+    """``fn(tensors by role)`` running ``solution`` through the handle's invoker cache."""
+    inv = handle.prepare_invoker(solution)
+
+    def call(tensors, workspace=None):
+        inv(InvokeArgs(tensors, workspace))
+
+    return call
 
 
 def torch_tensor(lens, dtype: str, layout: str, fill=None) -> torch.Tensor:
@@ -132,7 +128,7 @@ def best_of_ours(handle, problem, make_args, check) -> dict:
     for solver in SOLVERS:
         if solver.is_applicable(handle, problem) is not None:
             continue
-        sol = solver.get_solution(handle, problem)
+        sol = make_solution(handle, problem, solver)
         inv = invoker(handle, sol)
         err = check(inv, args[0])
         us = device_us([functools.partial(inv, a, None) for a in args])
@@ -244,7 +240,7 @@ def pool_case(handle, dtype: str, layout: str, pool, direction: str) -> dict:
 
     else:
         # the index our forward pass leaves, and torch's own indices, feed the two backward passes
-        fsol = next(sv for sv in SOLVERS if sv.is_applicable(handle, fwd) is None).get_solution(handle, fwd)
+        fsol = make_solution(handle, fwd, next(sv for sv in SOLVERS if sv.is_applicable(handle, fwd) is None))
         finv = invoker(handle, fsol)
         for i in range(sets):
             finv(args_fwd(i), None)

@@ -55,13 +55,11 @@ def check_typed(dtype: Any, shape: tuple[int, ...], desc: TensorDesc, field: str
     shape = tuple(int(v) for v in shape)
     if name == "uint8" and len(shape) == 1:
         return  # raw bytes: the caller checks the byte count
-    accepted = _DTYPES[desc.dtype]
+    # a descriptor that is not a float tensor (e.g. pooling's index) names its own array types
+    accepted = getattr(desc, "array_dtypes", None) or _DTYPES[desc.dtype]
     if name not in accepted:
-        raise bad(
-            field,
-            f"{name} array",
-            f"the tensor is {desc.dtype.value}: expected a {' or '.join(accepted)} array",
-        )
+        kind = getattr(desc, "type_name", None) or desc.dtype.value
+        raise bad(field, f"{name} array", f"the tensor is {kind}: expected a {' or '.join(accepted)} array")
     if len(shape) == 1:
         if shape[0] < desc.element_space:
             raise bad(field, f"array of {shape[0]} elements", f"expected {_expected(desc)}")

@@ -30,6 +30,12 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "conv": ("miopy.driver.conv", "run", "FP32"),
     "convfp16": ("miopy.driver.conv", "run", "FP16"),
     "convbfp16": ("miopy.driver.conv", "run", "BF16"),
+    "pool": ("miopy.driver.pool", "run", "FP32"),
+    "poolfp16": ("miopy.driver.pool", "run", "FP16"),
+    "poolbfp16": ("miopy.driver.pool", "run", "BF16"),
+    "activ": ("miopy.driver.activ", "run", "FP32"),
+    "activfp16": ("miopy.driver.activ", "run", "FP16"),
+    "activbfp16": ("miopy.driver.activ", "run", "BF16"),
 }
 
 _INT = re.compile(r"^[+-]?[0-9]+$")

@@ -193,10 +193,33 @@ class Case:
     stats: Callable[[float], list[str]] | None = None
     solution_flag: str = "-S/--solution"
     what: str = ""
+    # A family whose MIOpenDriver prints other lines gives them here: ``time_lines(times in ms of
+    # each run, -i)`` replaces the average kernel time and stats, ``wall_line(ms, -i)`` the
+    # wall-clock line, and ``check(problem, outputs, reference)`` -> (passed, lines) the rms_range
+    # verification (outputs: the stored buffers by role).
+    time_lines: Callable[[list[float], int], list[str]] | None = None
+    wall_line: Callable[[float, int], str] | None = None
+    check: (
+        Callable[[Problem, dict[str, np.ndarray], dict[str, np.ndarray]], tuple[bool, list[str]]] | None
+    ) = None
 
 
-def run_case(handle, case: Case, values: dict[str, Any], given: dict[str, np.ndarray], out: TextIO) -> bool:
-    """Choose, run, time, dump and verify one case; False when verification failed."""
+def storage(desc: Any) -> np.dtype:
+    """The NumPy dtype a descriptor's elements are stored as (a non-float descriptor, such as
+    pooling's index, names its own)."""
+    return np.dtype(desc.array_dtypes[0]) if hasattr(desc, "array_dtypes") else desc.dtype.storage
+
+
+def run_case(
+    handle,
+    case: Case,
+    values: dict[str, Any],
+    given: dict[str, np.ndarray],
+    out: TextIO,
+    keep: dict[str, np.ndarray] | None = None,
+) -> bool:
+    """Choose, run, time, dump and verify one case; False when verification failed. ``keep``
+    receives the outputs (e.g. the index a forward pass leaves for the backward one)."""
     from miopy.engine.bench import time_solution
 
     problem = case.problem
@@ -204,7 +227,7 @@ def run_case(handle, case: Case, values: dict[str, Any], given: dict[str, np.nda
     host = dict(given)
     for role in problem.outputs:
         if role not in problem.inputs:
-            host[role] = np.zeros(descs[role].element_space, dtype=descs[role].dtype.storage)
+            host[role] = np.zeros(descs[role].element_space, dtype=storage(descs[role]))
     solution = choose(
         handle,
         problem,
@@ -228,11 +251,15 @@ def run_case(handle, case: Case, values: dict[str, Any], given: dict[str, np.nda
     if values.get("time", 0):
         times = time_solution(handle, solution, device, iters)
         ran += len(times)
-        kept = times[1:] if len(times) > 1 else times
-        ms = float(sum(kept) / len(kept))
-        print(f"GPU Kernel Time {case.run_name} Elapsed: {ms:f} ms (average)", file=out)
-        for line in case.stats(ms) if case.stats else ():
-            print(line, file=out)
+        if case.time_lines is not None:
+            for line in case.time_lines(times, iters):
+                print(line, file=out)
+        else:
+            kept = times[1:] if len(times) > 1 else times
+            ms = float(sum(kept) / len(kept))
+            print(f"GPU Kernel Time {case.run_name} Elapsed: {ms:f} ms (average)", file=out)
+            for line in case.stats(ms) if case.stats else ():
+                print(line, file=out)
     if wall:
         if wall == 2:
             solution.run(handle, device, workspace)
@@ -241,7 +268,10 @@ def run_case(handle, case: Case, values: dict[str, Any], given: dict[str, np.nda
             solution.run(handle, device, workspace)
         wall_ms = (time.perf_counter() - start) * 1e3 / iters
         ran += iters
-        print(f"Wall-clock Time {case.run_name} Elapsed: {wall_ms:f} ms", file=out)
+        if case.wall_line is not None:
+            print(case.wall_line(wall_ms, iters), file=out)
+        else:
+            print(f"Wall-clock Time {case.run_name} Elapsed: {wall_ms:f} ms", file=out)
     left = iters - ran  # -i runs in all; the last one's output is kept
     if left <= 0 and not wall:
         left = 1  # the timed runs wrote to scratch copies
@@ -251,6 +281,8 @@ def run_case(handle, case: Case, values: dict[str, Any], given: dict[str, np.nda
         backend.download(device[role], host[role])
     backend.synchronize()
 
+    if keep is not None:
+        keep.update({role: host[role] for role in problem.outputs})
     if values.get("dump_output", 0):
         dump(case, host, out)
     if not values.get("verify", 1):
@@ -269,8 +301,9 @@ def dump(case: Case, host: dict[str, np.ndarray], out: TextIO) -> None:
             stem, dot, ext = name.rpartition(".")
             name = f"{stem}_{role}.{ext}" if dot else f"{name}_{role}"
         host[role].tofile(name)
+        kind = getattr(desc, "type_name", None) or desc.dtype.value
         print(
-            f"Wrote {case.verify_name} output to {os.path.abspath(name)} ({desc.dtype.value} raw, "
+            f"Wrote {case.verify_name} output to {os.path.abspath(name)} ({kind} raw, "
             f"{desc.layout} {'x'.join(map(str, desc.lens))})",
             file=out,
         )
@@ -282,6 +315,11 @@ def verify(case: Case, solution: Solution, host: dict[str, np.ndarray], cache_di
     problem = case.problem
     descs = problem.tensors()
     ref = cached_reference(problem, host, cache_dir, case.reference)
+    if case.check is not None:
+        ok, lines = case.check(problem, host, ref)
+        for line in lines:
+            print(line, file=out)
+        return ok
     tol = case.tolerance(problem, solution)
     ok = True
     for role, want in ref.items():

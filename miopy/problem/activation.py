@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from miopy.errors import bad
+from miopy.problem.base import Problem
 from miopy.problem.passes import Pass, float_text, layouts_key
 from miopy.tensor import DataType, TensorDesc
 
@@ -116,12 +117,12 @@ _BWD_ROLES = ("x", "y", "dy", "dx")
 
 
 @dataclass(frozen=True)
-class ActivationProblem:
+class ActivationProblem(Problem):
     """One activation call. Forward: {x, y}; backward: {x, y, dy, dx} (MIOpen's
     miopenActivationBackward(yDesc, y, dyDesc, dy, xDesc, x, dxDesc, dx))."""
 
     primitive = "activ"
-    log_name = "[LogCmdActivation]"
+    log_name = "Activation"
 
     desc: ActivationDesc
     direction: Pass
@@ -248,10 +249,6 @@ class ActivationProblem:
         if len(lays) != len(roles):
             raise bad("key", key, f"expected one layout or {len(roles)}")
         return cls(desc, direction, **{r: desc_from_key(dtype, lens, lay) for r, lay in zip(roles, lays)})
-
-    def invoker_key(self) -> str:
-        """The key names every tensor's strides already (a packed tensor by its layout)."""
-        return self.key()
 
     def network_config(self) -> str:
         """What an invoker depends on; alpha, beta, gamma included while invokers bind them."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from miopy.errors import bad
 from miopy.problem.activation import desc_from_key
+from miopy.problem.base import Problem
 from miopy.problem.passes import Pass, layouts_key
 from miopy.tensor import DataType, TensorDesc, packed_strides
 
@@ -228,6 +229,15 @@ class IndexDesc:
     packed = True
 
     @property
+    def array_dtypes(self) -> tuple[str, ...]:
+        """The array types that may hold it (miopy.arrays checks a user's array against these)."""
+        return (self.index_type.numpy.name,)
+
+    @property
+    def type_name(self) -> str:
+        return self.index_type.miopen_name
+
+    @property
     def element_count(self) -> int:
         return math.prod(self.lens)
 
@@ -252,13 +262,13 @@ class IndexDesc:
 
 
 @dataclass(frozen=True)
-class PoolingProblem:
+class PoolingProblem(Problem):
     """One pooling call. Forward: x -> y (+ index for max with ``save_index``); backward:
     dy (+ index for max) -> dx. ``x``/``y`` are the input-side and output-side descriptors
     (dx and dy in backward); ``pads`` are resolved (pad mode applied)."""
 
     primitive = "pool"
-    log_name = "[LogCmdPooling]"
+    log_name = "Pooling"
 
     desc: PoolingDesc
     x: TensorDesc
@@ -442,10 +452,6 @@ class PoolingProblem:
         ylens = (*lens[:2], *desc.output(lens[2:])[0])
         return cls(desc, x, desc_from_key(dtype, ylens, lays[1]), m["dir"], save)
 
-    def invoker_key(self) -> str:
-        """The key names every tensor's strides already (a packed tensor by its layout)."""
-        return self.key()
-
     def network_config(self) -> str:
         return self.key()
 
@@ -475,7 +481,9 @@ class PoolingProblem:
         args += ["-m", d.mode.value, "-z", d.pad_mode]
         if d.mode is PoolingMode.MAX:
             args += ["-M", str(d.index_mode.code), "-I", d.index_type.miopen_name]
-        args += ["-F", "1" if self.direction is Pass.FORWARD else "0"]
+        # MIOpenDriver keeps the index only when backward runs too (-F 0)
+        forward_only = self.direction is Pass.FORWARD and not self.uses_index
+        args += ["-F", "1" if forward_only else "0"]
         if solver_id is not None:
             args += ["-S", str(solver_id)]
         return args

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
 from miopy.solvers.base import Solver, TunableSolver
 from miopy.solvers.conv.direct_tiled import ConvDirectTiledFwd
 from miopy.solvers.conv.gemm import (
@@ -18,6 +19,7 @@ from miopy.solvers.conv.gemm import (
 )
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
+from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 
 if TYPE_CHECKING:
     from miopy.problem.base import Problem
@@ -36,6 +38,8 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvDirectNaiveBwd(),
         ConvDirectNaiveWrw(),
     ],
+    "activ": [ActivFwdPacked(), ActivFwdStrided(), ActivBwdPacked(), ActivBwdStrided()],
+    "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdVec(), PoolingBwdDirect()],
 }
 CONV_SOLVERS = SOLVERS["conv"]
 

@@ -8,9 +8,9 @@ import numpy as np
 from miopy.problem.activation import ActivationProblem
 from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexDesc, PoolingProblem
-from miopy.reference.activation import activ_reference
-from miopy.reference.conv import store_logical, view
-from miopy.reference.pooling import pool_forward, pool_reference
+from miopy.reference.activ import activ_reference
+from miopy.reference.common import store_logical, view
+from miopy.reference.pool import pool_forward, pool_reference
 from miopy.tensor import from_storage
 
 # |got - want| <= TOL * max(1, |want|): fp32 transcendentals are within a few ulps
@@ -18,15 +18,8 @@ TOL = {"FP32": 2e-5, "FP16": 2e-3, "BF16": 1.6e-2}
 
 
 def run(handle, solution, host: dict[str, np.ndarray]) -> None:
-    """Copy ``host`` buffers in, run, copy the outputs back into ``host``."""
-    problem = solution.problem
-    backend = handle.backend
-    bufs = {role: backend.upload(arr) for role, arr in host.items()}
-    kernels = [handle.compile(spec) for spec in solution.kernels]
-    solution.invoker_factory(backend, kernels)(bufs, None)
-    for role in problem.outputs:
-        backend.download(bufs[role], host[role])
-    backend.synchronize()
+    """Run on the ``host`` buffers; the outputs are written back into them."""
+    solution.run(handle, host)
 
 
 def logical(problem, role: str, flat: np.ndarray) -> np.ndarray:
@@ -48,7 +41,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, dtype: str, what: str) -> No
 
 def activ_inputs(problem: ActivationProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Stored buffers: inputs random, outputs NaN. Backward's y is f(x) as a forward pass left it."""
-    from miopy.reference.activation import activ_forward
+    from miopy.reference.activ import activ_forward
 
     shape = problem.lens
     x = rng.uniform(-2, 2, shape)

@@ -9,9 +9,10 @@ import pytest
 from primitive_support import activ_inputs, assert_close, check_activ, check_pool, logical
 
 from miopy import backends
+from miopy.engine.candidates import make_solution
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.problem.pooling import PoolingDesc, PoolingProblem
-from miopy.reference.activation import activ_reference
+from miopy.reference.activ import activ_reference
 from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.tensor import TensorDesc
@@ -48,7 +49,7 @@ def test_activation_every_mode(cuda, dtype, direction):
             desc, TensorDesc(dtype, (2, 3, 5, 6), strides=(120, 40, 7, 1)), direction
         )
         for solver, problem in zip(ACTIV[direction], (packed, strided)):
-            solution = solver.get_solution(cuda, problem)
+            solution = make_solution(cuda, problem, solver)
             assert ("ACTIV_MODE", int(mode)) in solution.kernels[0].defines
             check_activ(cuda, solution, rng)
 
@@ -58,7 +59,7 @@ def test_activation_unaligned_views(cuda, dtype):
     """x and y one element past a 16-byte boundary: the packed kernel takes its scalar path."""
     import cupy as cp
 
-    from miopy.reference.conv import store_logical
+    from miopy.reference.common import store_logical
 
     rng = np.random.default_rng(2)
     desc = ActivationDesc("ELU", 0.5)
@@ -69,11 +70,8 @@ def test_activation_unaligned_views(cuda, dtype):
     y = cp.asarray(np.concatenate([host["y"][:1], store_logical(np.full(problem.lens, np.nan), problem.y)]))[
         1:
     ]
-    solution = ActivFwdPacked().get_solution(cuda, problem)
-    kernels = [cuda.compile(s) for s in solution.kernels]
-    solution.invoker_factory(cuda.backend, kernels)(
-        {"x": cuda.backend.wrap(x), "y": cuda.backend.wrap(y)}, None
-    )
+    solution = make_solution(cuda, problem, ActivFwdPacked())
+    solution.run(cuda, {"x": x, "y": y})
     got = logical(problem, "y", cp.asnumpy(y))
     assert_close(got, want, problem.dtype.value, "unaligned views")
 
@@ -105,7 +103,7 @@ def test_pooling(cuda, dtype, direction):
         ran = 0
         for solver in POOL[direction]:
             if solver.is_applicable(cuda, problem) is None:
-                solution = solver.get_solution(cuda, problem)
+                solution = make_solution(cuda, problem, solver)
                 assert ("POOL_KW", desc.window[-1]) in solution.kernels[0].defines
                 check_pool(cuda, solution, rng)
                 ran += 1

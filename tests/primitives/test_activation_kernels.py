@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from primitive_support import check_activ
 
+from miopy.engine.candidates import make_solution
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
 from miopy.tensor import TensorDesc
@@ -36,7 +37,7 @@ def test_every_mode_fp32(ocl, mode, direction):
     solvers = FWD if direction == "F" else BWD
     for solver in solvers.values():
         assert solver.is_applicable(ocl, problem) is None
-        check_activ(ocl, solver.get_solution(ocl, problem), rng)
+        check_activ(ocl, make_solution(ocl, problem, solver), rng)
 
 
 def test_power_below_zero_is_zero(ocl):
@@ -44,7 +45,7 @@ def test_power_below_zero_is_zero(ocl):
     for direction in "FB":
         problem = ActivationProblem.create(desc, TensorDesc("fp32", (1, 4, 8, 9)), direction)
         solver = (FWD if direction == "F" else BWD)["packed"]
-        check_activ(ocl, solver.get_solution(ocl, problem), np.random.default_rng(5))
+        check_activ(ocl, make_solution(ocl, problem, solver), np.random.default_rng(5))
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -55,10 +56,10 @@ def test_half_types(ocl, dtype, direction):
     for mode in (ActivationMode.LOGISTIC, ActivationMode.RELU, ActivationMode.ELU):
         x = TensorDesc(dtype, (3, 8, 5, 9), layout="NHWC")
         problem = ActivationProblem.create(_desc(mode), x, direction)
-        check_activ(ocl, solvers["packed"].get_solution(ocl, problem), rng)
+        check_activ(ocl, make_solution(ocl, problem, solvers["packed"]), rng)
     x = TensorDesc(dtype, (2, 3, 4, 5), strides=(100, 30, 6, 1))
     problem = ActivationProblem.create(_desc(ActivationMode.TANH), x, direction)
-    check_activ(ocl, solvers["strided"].get_solution(ocl, problem), rng)
+    check_activ(ocl, make_solution(ocl, problem, solvers["strided"]), rng)
 
 
 @pytest.mark.parametrize("direction", ["F", "B"])
@@ -77,7 +78,7 @@ def test_mixed_strides_and_3d(ocl, direction):
     problem = ActivationProblem(_desc(ActivationMode.ELU), direction, **descs)
     solvers = FWD if direction == "F" else BWD
     assert solvers["packed"].is_applicable(ocl, problem) == "tensors have different strides"
-    check_activ(ocl, solvers["strided"].get_solution(ocl, problem), rng)
+    check_activ(ocl, make_solution(ocl, problem, solvers["strided"]), rng)
 
 
 def test_compiled_in_mode(ocl):
@@ -89,7 +90,7 @@ def test_compiled_in_mode(ocl):
     rng = np.random.default_rng(8)
     for mode, direction in ((ActivationMode.SOFTRELU, "F"), (ActivationMode.LOGISTIC, "B")):
         problem = ActivationProblem.create(_desc(mode), TensorDesc("fp16", (2, 8, 4, 4)), direction)
-        solution = (FWD if direction == "F" else BWD)["packed"].get_solution(CudaLike(), problem)
+        solution = make_solution(CudaLike(), problem, (FWD if direction == "F" else BWD)["packed"])
         assert ("ACTIV_MODE", int(mode)) in solution.kernels[0].defines
         check_activ(ocl, solution, rng)
 

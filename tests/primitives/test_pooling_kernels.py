@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from primitive_support import check_pool
 
+from miopy.engine.candidates import make_solution
 from miopy.problem.pooling import PoolingDesc, PoolingProblem
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.tensor import TensorDesc
@@ -37,7 +38,7 @@ def test_modes_layouts_fp32(ocl, mode, direction):
         problem = PoolingProblem.create(desc, TensorDesc("fp32", lens, layout=layout), direction)
         solver = _solvers(direction)["direct"]
         assert solver.is_applicable(ocl, problem) is None
-        check_pool(ocl, solver.get_solution(ocl, problem), rng)
+        check_pool(ocl, make_solution(ocl, problem, solver), rng)
 
 
 @pytest.mark.parametrize("direction", ["F", "B"])
@@ -51,7 +52,7 @@ def test_vectorised_channels_last(ocl, dtype, direction):
         problem = PoolingProblem.create(desc, TensorDesc(dtype, (2, c, 10, 9), layout="NHWC"), direction)
         solver = _solvers(direction)["vec"]
         assert solver.is_applicable(ocl, problem) is None
-        check_pool(ocl, solver.get_solution(ocl, problem), rng)
+        check_pool(ocl, make_solution(ocl, problem, solver), rng)
 
 
 def test_vec_not_applicable():
@@ -72,7 +73,7 @@ def test_3d(ocl, direction):
     ):
         desc = PoolingDesc(mode, (2, 3, 3), (2, 2, 1), (1, 1, 0), index_mode=index_mode, index_type="u32")
         problem = PoolingProblem.create(desc, TensorDesc("fp32", (2, 3, 5, 6, 7), layout=layout), direction)
-        check_pool(ocl, _solvers(direction)["direct"].get_solution(ocl, problem), rng)
+        check_pool(ocl, make_solution(ocl, problem, _solvers(direction)["direct"]), rng)
 
 
 @pytest.mark.parametrize("pad_mode", ["same", "valid"])
@@ -82,7 +83,7 @@ def test_pad_modes_and_index_types(ocl, pad_mode):
         desc = PoolingDesc("max", (3, 2), (2, 3), pad_mode=pad_mode, index_type=index_type)
         for direction in "FB":
             problem = PoolingProblem.create(desc, TensorDesc("fp16", (2, 3, 11, 10)), direction)
-            check_pool(ocl, _solvers(direction)["direct"].get_solution(ocl, problem), rng)
+            check_pool(ocl, make_solution(ocl, problem, _solvers(direction)["direct"]), rng)
 
 
 def test_strided_tensors_and_no_index(ocl):
@@ -91,17 +92,17 @@ def test_strided_tensors_and_no_index(ocl):
     desc = PoolingDesc("max", (3, 3), (2, 2), (1, 1), index_type="u8")
     forward = PoolingProblem.create(desc, x, "F", y_strides=(100, 1, 20, 3), save_index=False)
     assert "index" not in forward.tensors()
-    check_pool(ocl, FWD["direct"].get_solution(ocl, forward), rng)
+    check_pool(ocl, make_solution(ocl, forward, FWD["direct"]), rng)
     backward = PoolingProblem.create(desc, x, "B", y_strides=(100, 1, 20, 3))
-    check_pool(ocl, BWD["direct"].get_solution(ocl, backward), rng)
+    check_pool(ocl, make_solution(ocl, backward, BWD["direct"]), rng)
 
 
 def test_backward_uses_the_kernels_own_index(ocl):
     """Forward on the device, then backward from the index it wrote: dx equals the reference."""
     from primitive_support import assert_close, logical, run
 
-    from miopy.reference.conv import store_logical
-    from miopy.reference.pooling import pool_backward
+    from miopy.reference.common import store_logical
+    from miopy.reference.pool import pool_backward
 
     rng = np.random.default_rng(12)
     x = TensorDesc("fp32", (2, 8, 9, 9), layout="NHWC")
@@ -112,7 +113,7 @@ def test_backward_uses_the_kernels_own_index(ocl):
         "y": store_logical(np.zeros(fwd.y.lens), fwd.y),
         "index": np.zeros(fwd.index.element_space, np.uint8),
     }
-    run(ocl, FWD["vec"].get_solution(ocl, fwd), host)
+    run(ocl, make_solution(ocl, fwd, FWD["vec"]), host)
     bwd = PoolingProblem.create(desc, x, "B")
     dy = rng.uniform(-1, 1, fwd.y.lens)
     host_b = {
@@ -120,7 +121,7 @@ def test_backward_uses_the_kernels_own_index(ocl):
         "dx": store_logical(np.full(x.lens, np.nan), x),
         "index": host["index"],
     }
-    run(ocl, BWD["direct"].get_solution(ocl, bwd), host_b)
+    run(ocl, make_solution(ocl, bwd, BWD["direct"]), host_b)
     want = pool_backward(bwd, dy, logical(fwd, "index", host["index"]))
     assert_close(logical(bwd, "dx", host_b["dx"]), want, "FP32", "backward from the device's index")
     assert np.count_nonzero(want) > 0
@@ -132,6 +133,6 @@ def test_compiled_in_window(ocl):
 
     desc = PoolingDesc("avg", (3, 3), (2, 2), (1, 1))
     problem = PoolingProblem.create(desc, TensorDesc("fp16", (2, 16, 9, 9), layout="NHWC"))
-    solution = FWD["vec"].get_solution(CudaLike(), problem)
+    solution = make_solution(CudaLike(), problem, FWD["vec"])
     assert ("POOL_KW", 3) in solution.kernels[0].defines
     check_pool(ocl, solution, np.random.default_rng(1))

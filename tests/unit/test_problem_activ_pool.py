@@ -11,8 +11,8 @@ import pytest
 from miopy import errors
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.problem.pooling import IndexMode, IndexType, PoolingDesc, PoolingMode, PoolingProblem
-from miopy.reference.activation import activ_backward, activ_forward
-from miopy.reference.pooling import pool_backward, pool_forward
+from miopy.reference.activ import activ_backward, activ_forward
+from miopy.reference.pool import pool_backward, pool_forward
 from miopy.tensor import TensorDesc
 
 
@@ -223,7 +223,7 @@ def test_pooling_driver_args():
     )
     assert p.driver_args() == (
         "poolfp16 -W 32x64x56x56,NHWC -y 3 -x 2 -v 2 -u 1 -p 1 -q 0 -m max -z default -M 0 "
-        "-I miopenIndexUint16 -F 1".split()
+        "-I miopenIndexUint16 -F 0".split()
     )
 
 

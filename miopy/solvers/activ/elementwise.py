@@ -10,7 +10,7 @@ import numpy as np
 
 from miopy.problem.activation import ActivationProblem
 from miopy.problem.passes import Pass
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
 from miopy.solvers.launch import grid_1d, specialize
 
@@ -43,6 +43,7 @@ def _strides(problem: ActivationProblem, role: str) -> list:
 
 
 class _Activ(Solver):
+    primitive = "activ"
     algorithm = "direct"
     dynamic = True
     direction: Pass
@@ -71,21 +72,12 @@ class ActivFwdPacked(_Activ):
     direction = Pass.FORWARD
     packed = True
 
-    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+    def get_program(self, ctx, problem: ActivationProblem, config=None) -> Program:
         n = problem.descs[0][1].element_count
         vec = VEC_BYTES // problem.dtype.itemsize
         spec = self._spec(ctx, problem, "activ_fwd_packed", -(-n // vec))
         tail = [np.int64(n), *_scalars(problem)]
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [t["x"], t["y"], *tail])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+        return Program((Launch(spec, (Tensor("x"), Tensor("y"), *tail)),))
 
 
 class ActivFwdStrided(_Activ):
@@ -94,24 +86,13 @@ class ActivFwdStrided(_Activ):
     direction = Pass.FORWARD
     packed = False
 
-    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+    def get_program(self, ctx, problem: ActivationProblem, config=None) -> Program:
         spec = self._spec(ctx, problem, "activ_fwd_strided", problem.descs[0][1].element_count)
         tail = [*_shape(problem), *_strides(problem, "x"), *_strides(problem, "y"), *_scalars(problem)]
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [t["x"], t["y"], *tail])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+        return Program((Launch(spec, (Tensor("x"), Tensor("y"), *tail)),))
 
 
-def _bwd_buffers(problem: ActivationProblem, t: dict) -> list:
-    """x, y, dy, dx; a tensor the mode does not read may be absent (dx stands in for it)."""
-    return [t.get(r) if t.get(r) is not None else t["dx"] for r in ("x", "y", "dy")] + [t["dx"]]
+_BWD_TENSORS = (Tensor("x"), Tensor("y"), Tensor("dy"), Tensor("dx"))
 
 
 class ActivBwdPacked(_Activ):
@@ -120,21 +101,12 @@ class ActivBwdPacked(_Activ):
     direction = Pass.BACKWARD
     packed = True
 
-    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+    def get_program(self, ctx, problem: ActivationProblem, config=None) -> Program:
         n = problem.descs[0][1].element_count
         vec = VEC_BYTES // problem.dtype.itemsize
         spec = self._spec(ctx, problem, "activ_bwd_packed", -(-n // vec))
         tail = [np.int64(n), *_scalars(problem)]
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [*_bwd_buffers(problem, t), *tail])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+        return Program((Launch(spec, (*_BWD_TENSORS, *tail)),))
 
 
 class ActivBwdStrided(_Activ):
@@ -143,17 +115,8 @@ class ActivBwdStrided(_Activ):
     direction = Pass.BACKWARD
     packed = False
 
-    def get_solution(self, ctx, problem: ActivationProblem, config=None) -> Solution:
+    def get_program(self, ctx, problem: ActivationProblem, config=None) -> Program:
         spec = self._spec(ctx, problem, "activ_bwd_strided", problem.descs[0][1].element_count)
         strides = [s for r in ("x", "y", "dy", "dx") for s in _strides(problem, r)]
         tail = [*_shape(problem), *strides, *_scalars(problem)]
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            def invoke(t, workspace):
-                kernel.launch(backend, [*_bwd_buffers(problem, t), *tail])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory, dynamic=True)
+        return Program((Launch(spec, (*_BWD_TENSORS, *tail)),))

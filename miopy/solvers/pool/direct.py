@@ -12,7 +12,7 @@ import numpy as np
 
 from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexMode, PoolingProblem
-from miopy.solution import KernelSpec, Solution
+from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
 from miopy.solvers.launch import grid_1d, specialize
 
@@ -72,6 +72,7 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, window_in: bool) 
 
 
 class _Pool(Solver):
+    primitive = "pool"
     algorithm = "direct"
     direction: Pass
     vec: bool
@@ -85,7 +86,7 @@ class _Pool(Solver):
             return _vec_reason(problem)
         return None
 
-    def get_solution(self, ctx, problem: PoolingProblem, config=None) -> Solution:
+    def get_program(self, ctx, problem: PoolingProblem, config=None) -> Program:
         forward = self.direction is Pass.FORWARD
         space = problem.y if forward else problem.x  # the positions work items own
         channels_last = self.vec or _channels_last(space)
@@ -98,25 +99,12 @@ class _Pool(Solver):
             global_size,
             local_size,
         )
-        tail = shape_args(problem)
-        index = problem.uses_index
-
-        def factory(backend, kernels):
-            (kernel,) = kernels
-
-            if forward:
-
-                def invoke(t, workspace):
-                    kernel.launch(backend, [t["x"], t["y"], t["index"] if index else t["y"], *tail])
-
-            else:
-
-                def invoke(t, workspace):
-                    kernel.launch(backend, [t["dx"], t["dy"], t["index"] if index else t["dy"], *tail])
-
-            return invoke
-
-        return Solution(self.name, self.algorithm, problem, [spec], 0, factory)
+        # without an index the kernel takes the output in its place (and never touches it)
+        if forward:
+            buffers = (Tensor("x"), Tensor("y"), Tensor("index" if problem.uses_index else "y"))
+        else:
+            buffers = (Tensor("dx"), Tensor("dy"), Tensor("index" if problem.uses_index else "dy"))
+        return Program((Launch(spec, (*buffers, *shape_args(problem))),))
 
 
 class PoolingFwdVec(_Pool):

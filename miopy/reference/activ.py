@@ -7,6 +7,8 @@ import numpy as np
 
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.problem.passes import Pass
+from miopy.reference.common import view
+from miopy.tensor import from_storage
 
 SOFTRELU_THRESHOLD = 50.0
 
@@ -83,3 +85,32 @@ def activ_reference(problem: ActivationProblem, tensors: dict[str, np.ndarray]) 
 
 
 __all__ = ["activ_backward", "activ_forward", "activ_reference"]
+
+
+# ---- the pipeline's reference contract (tests/backend/test_registry.py) ----------------------------
+def reference(problem: ActivationProblem, buffers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Expected outputs by role (float64, logical shape) from flat stored buffers."""
+    descs = problem.tensors()
+    given = {r: from_storage(view(buffers[r], descs[r]), descs[r].dtype) for r in problem.inputs}
+    return {problem.outputs[0]: activ_reference(problem, given)}
+
+
+def samples() -> list[ActivationProblem]:
+    """Small problems on which every activation solver runs: packed with a vector tail, channels-
+    last half types, and strided tensors (only the strided solvers take those)."""
+    from miopy.problem.activation import ActivationDesc
+    from miopy.tensor import TensorDesc
+
+    out = []
+    for direction in "FB":
+        out.append(
+            ActivationProblem.create(ActivationDesc("ELU", 0.5), TensorDesc("fp32", (2, 3, 5, 7)), direction)
+        )
+        out.append(
+            ActivationProblem.create(
+                ActivationDesc("LOGISTIC"), TensorDesc("fp16", (2, 8, 3, 5), layout="NHWC"), direction
+            )
+        )
+        strided = TensorDesc("bf16", (2, 3, 4, 5), strides=(100, 30, 6, 1))
+        out.append(ActivationProblem.create(ActivationDesc("TANH", 0.5, 1.5), strided, direction))
+    return out

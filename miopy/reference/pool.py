@@ -8,7 +8,9 @@ import itertools
 import numpy as np
 
 from miopy.problem.passes import Pass
-from miopy.problem.pooling import IndexMode, PoolingMode, PoolingProblem
+from miopy.problem.pooling import IndexDesc, IndexMode, PoolingMode, PoolingProblem
+from miopy.reference.common import store_logical, view
+from miopy.tensor import from_storage
 
 
 def _as5(a: np.ndarray) -> np.ndarray:
@@ -140,3 +142,59 @@ def pool_reference(p: PoolingProblem, tensors: dict[str, np.ndarray]) -> dict[st
 
 
 __all__ = ["pool_backward", "pool_forward", "pool_reference"]
+
+
+# ---- the pipeline's reference contract (tests/backend/test_registry.py) ----------------------------
+def read_output(p: PoolingProblem, role: str, buffer: np.ndarray) -> np.ndarray:
+    """A flat stored buffer in logical shape: float64 values, or the index as int64."""
+    desc = p.tensors()[role]
+    if isinstance(desc, IndexDesc):
+        return view(buffer, desc).astype(np.int64)
+    return from_storage(view(buffer, desc), desc.dtype).astype(np.float64)
+
+
+def reference(p: PoolingProblem, buffers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Expected outputs by role (float64, the index as int64; logical shape) from flat buffers."""
+    return pool_reference(p, {r: read_output(p, r, buffers[r]) for r in p.inputs})
+
+
+def random_buffers(p: PoolingProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Stored buffers: random inputs (backward's index is the one a forward pass leaves on random
+    data), outputs NaN (the index 0xff..)."""
+    out = {}
+    for role, desc in p.tensors().items():
+        if isinstance(desc, IndexDesc):
+            flat = np.full(desc.element_space, desc.index_type.max, desc.index_type.numpy)
+            if role in p.inputs:
+                _, index = pool_forward(
+                    PoolingProblem(p.desc, p.x, p.y, Pass.FORWARD), rng.uniform(-1, 1, p.x.lens)
+                )
+                view(flat, desc)[...] = index
+            out[role] = flat
+        else:
+            values = rng.uniform(-1, 1, desc.lens) if role in p.inputs else np.full(desc.lens, np.nan)
+            out[role] = store_logical(values, desc)
+    return out
+
+
+def samples() -> list[PoolingProblem]:
+    """Small problems on which every pooling solver runs: channels-last with vector channels, NCHW,
+    3-D, each mode and index kind."""
+    from miopy.problem.pooling import PoolingDesc
+    from miopy.tensor import TensorDesc
+
+    out = []
+    for direction in "FB":
+        for dtype, desc, lens, layout in (
+            ("fp16", PoolingDesc("max", (3, 3), (2, 2), (1, 1)), (2, 16, 7, 6), "NHWC"),
+            ("fp32", PoolingDesc("avg", (3, 2), (2, 1), (1, 0)), (2, 3, 7, 6), "NCHW"),
+            ("bf16", PoolingDesc("avg_in", (2, 2), (2, 2)), (1, 8, 6, 6), "NHWC"),
+            (
+                "fp32",
+                PoolingDesc("max", (2, 3, 3), (2, 2, 1), (1, 1, 0), index_type="u32", index_mode="image"),
+                (1, 3, 4, 5, 6),
+                "NCDHW",
+            ),
+        ):
+            out.append(PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction))
+    return out
