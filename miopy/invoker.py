@@ -34,7 +34,7 @@ class ProgramInvoker:
     def __init__(self, backend: Any, program: Program, kernels: Mapping[KernelSpec, Any]):
         self.backend = backend
         self.program = program
-        self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...]]] = []
+        self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...], int]] = []
         for step in program.steps:
             if isinstance(step, Launch):
                 template = list(step.args)
@@ -46,16 +46,17 @@ class ProgramInvoker:
                         slots,
                         step.global_size or step.spec.global_size,
                         step.local_size or step.spec.local_size,
+                        int(step.shared_mem),
                     )
                 )
             elif isinstance(step, Gemm):
-                self._launches.append((None, step, [], (), ()))
+                self._launches.append((None, step, [], (), (), 0))
             else:
                 raise BadParm(f"step={type(step).__name__}: not a Launch or a Gemm")
 
     def __call__(self, args: InvokeArgs) -> None:
         backend = self.backend
-        for kernel, what, slots, global_size, local_size in self._launches:
+        for kernel, what, slots, global_size, local_size, shared_mem in self._launches:
             if kernel is None:
                 g: Gemm = what
                 backend.gemm(
@@ -83,7 +84,10 @@ class ProgramInvoker:
             call_args = list(what)
             for i in slots:
                 call_args[i] = _resolve(what[i], args)
-            backend.launch(kernel, global_size, local_size, call_args)
+            if shared_mem:
+                backend.launch(kernel, global_size, local_size, call_args, shared_mem=shared_mem)
+            else:
+                backend.launch(kernel, global_size, local_size, call_args)
 
 
 __all__ = ["ProgramInvoker"]

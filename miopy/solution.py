@@ -78,12 +78,14 @@ class Scalar:
 # ---- steps ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch; ``global_size`` / ``local_size`` default to the spec's."""
+    """One kernel launch; ``global_size`` / ``local_size`` default to the spec's.
+    ``shared_mem``: bytes of dynamic shared memory per block (CUDA; see Backend.launch)."""
 
     spec: KernelSpec
     args: tuple[Any, ...]
     global_size: tuple[int, ...] | None = None
     local_size: tuple[int, ...] | None = None
+    shared_mem: int = 0
 
 
 @dataclass(frozen=True)

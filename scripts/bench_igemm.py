@@ -21,9 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from miopy.engine.bench import compile_all
+from miopy.engine.candidates import make_solution
 from miopy.handle import Handle
 from miopy.problem.conv import ConvDesc, ConvProblem
-from miopy.solvers.conv.implicit_gemm import PREFERRED, ConvIgemmFwdNhwc, grid_blocks
+from miopy.solution import InvokeArgs
+from miopy.solvers.conv.implicit_gemm import PREFERRED, ConvIgemmFwdNhwc, grid_blocks, smem_bytes
 from miopy.tensor import TensorDesc
 
 SOLVER = ConvIgemmFwdNhwc()
@@ -43,18 +45,42 @@ LAYERS = [
     (1024, 14, 512, 1),
     (512, 7, 2048, 1),
 ]
-EXTRA = [
-    {"bm": 128, "bn": 64, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2},
-    {"bm": 64, "bn": 64, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 3},
-    {"bm": 128, "bn": 128, "bk": 32, "warps_m": 2, "warps_n": 4, "stages": 3},
-    {"bm": 128, "bn": 128, "bk": 32, "warps_m": 4, "warps_n": 2, "stages": 3},
-    {"bm": 256, "bn": 64, "bk": 32, "warps_m": 4, "warps_n": 2, "stages": 2},
-    {"bm": 64, "bn": 256, "bk": 32, "warps_m": 2, "warps_n": 4, "stages": 2},
-    {"bm": 128, "bn": 64, "bk": 32, "warps_m": 4, "warps_n": 1, "stages": 4},
-    {"bm": 64, "bn": 64, "bk": 32, "warps_m": 2, "warps_n": 2, "stages": 5},
-    {"bm": 128, "bn": 32, "bk": 32, "warps_m": 4, "warps_n": 1, "stages": 4},
-    {"bm": 64, "bn": 128, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2},
+
+
+def _cfg(bm, bn, bk, wm, wn, stages, split=1, bufs=1):
+    return {
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "warps_m": wm,
+        "warps_n": wn,
+        "stages": stages,
+        "frag_bufs": bufs,
+        "split_k": split,
+    }
+
+
+_BASES = [
+    _cfg(128, 64, 64, 4, 1, 3),
+    _cfg(128, 64, 64, 2, 2, 2),
+    _cfg(128, 64, 64, 2, 2, 3),
+    _cfg(64, 64, 64, 2, 2, 3),
+    _cfg(64, 64, 64, 2, 2, 4),
+    _cfg(64, 128, 64, 2, 2, 2),
+    _cfg(64, 128, 64, 2, 2, 3),
+    _cfg(128, 128, 32, 2, 2, 3),
+    _cfg(128, 128, 32, 2, 2, 4),
+    _cfg(128, 128, 64, 2, 2, 3),
+    _cfg(128, 128, 32, 2, 4, 4),
+    _cfg(256, 128, 32, 4, 2, 3),
+    _cfg(256, 128, 64, 4, 2, 3),
+    _cfg(256, 64, 32, 4, 1, 4),
+    _cfg(32, 64, 64, 1, 2, 4),
 ]
+EXTRA = [{**c, "frag_bufs": bufs} for c in _BASES for bufs in (1, 2)]
+# tried with a split reduction where the grid is small (fewer than 2 blocks per SM unsplit)
+SPLIT_BASES = [_cfg(64, 64, 64, 2, 2, 3), _cfg(64, 128, 64, 2, 2, 2), _cfg(128, 64, 64, 4, 1, 3)]
+SPLITS = (2, 3, 4)
 ITERS, REPS, SETS = 100, 5, 3
 
 
@@ -78,31 +104,33 @@ def device_us(fns, iters: int = ITERS) -> float:
 
 def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
     """Device time of the first other applicable solver (what immediate mode ran before)."""
-    from miopy.engine.candidates import applicable, make_solution
+    from miopy.engine.candidates import applicable
 
     other = [s for s in applicable(handle, problem) if s.name != SOLVER.name][0]
     sol = make_solution(handle, problem, other)
     invoker = handle.prepare_invoker(sol)
     ws = handle.backend.alloc(sol.workspace) if sol.workspace else None
-    fns = [functools.partial(invoker, {"x": xb[i], "w": wb, "y": yb[i]}, ws) for i in range(SETS)]
+    fns = [functools.partial(invoker, InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws)) for i in range(SETS)]
     return other.name, device_us(fns, iters=20)
 
 
 def kernel_facts(handle, solution) -> dict:
-    """Registers per thread and resident blocks per SM of the solution's kernel."""
-    (spec,) = solution.kernels
-    func = handle.compile(spec).kernel
+    """Registers per thread, local (spill) memory and resident blocks per SM of the kernel."""
+    from cupy_backends.cuda.api import driver
+
+    spec = solution.kernels[0]
+    func = handle.compile(spec)
     facts = {"threads": spec.local_size[0]}
     try:
-        facts["regs"] = int(func.num_regs)
-        facts["smem"] = int(func.shared_size_bytes)
-        from cupy_backends.cuda.api import driver
-
+        facts["regs"] = int(driver.funcGetAttribute(4, func.ptr))  # CU_FUNC_ATTRIBUTE_NUM_REGS
+        facts["local_bytes"] = int(driver.funcGetAttribute(3, func.ptr))
+        smem = smem_bytes(solution.config)
+        facts["smem"] = smem
         facts["blocks_per_sm"] = int(
-            driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, spec.local_size[0], 0)
+            driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, spec.local_size[0], smem)
         )
-    except Exception as exc:  # attribute names differ between CuPy versions
-        facts["error"] = str(exc)
+    except Exception as exc:  # reported, not fatal
+        facts["error"] = f"{type(exc).__name__}: {exc}"
     return facts
 
 
@@ -147,14 +175,14 @@ def main() -> int:
             default = SOLVER.default_config(handle, problem)
             configs = [default]
             if args.configs == "all":
-                for cfg in [*PREFERRED, *EXTRA]:
+                splits = [{**b, "split_k": k} for b in SPLIT_BASES for k in SPLITS]
+                splits = [c for c in splits if grid_blocks(problem, c) < 2 * handle.info.compute_units]
+                for cfg in [*PREFERRED, *EXTRA, *splits]:
                     if cfg not in configs and SOLVER.is_valid_config(handle, problem, cfg):
                         configs.append(dict(cfg))
             sols = []
             for cfg in configs:
-                sol = SOLVER.get_solution(handle, problem, cfg)
-                sol.problem = problem
-                sols.append(sol)
+                sols.append(make_solution(handle, problem, SOLVER, cfg))
             sols = compile_all(handle, sols)
             be = handle.backend
             wb = be.wrap(w)
@@ -163,16 +191,20 @@ def main() -> int:
             rows = []
             for sol in sols:
                 invoker = handle.prepare_invoker(sol)
+                ws = be.alloc(sol.workspace) if sol.workspace else None
                 errs = []
                 for i in range(SETS):
                     ys[i].fill_(float("nan"))
-                    invoker({"x": xb[i], "w": wb, "y": yb[i]}, None)
+                    invoker(InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws))
                     torch.cuda.synchronize()
                     ref = refs[i].float()
                     errs.append(float((ys[i].float() - ref).norm() / ref.norm()))
                 err = max(errs)
                 us = device_us(
-                    [functools.partial(invoker, {"x": xb[i], "w": wb, "y": yb[i]}, None) for i in range(SETS)]
+                    [
+                        functools.partial(invoker, InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws))
+                        for i in range(SETS)
+                    ]
                 )
                 facts = kernel_facts(handle, sol)
                 rows.append(

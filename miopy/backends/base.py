@@ -47,6 +47,9 @@ class DeviceInfo:
     fingerprint: str  # compiler + driver versions: part of every kernel cache key
     max_work_group_size: int = 256
     local_mem_size: int = 32768
+    # Most dynamic shared memory a block may ask for at launch (CUDA's opt-in limit, 227 KB on
+    # Hopper); 0 where launches take none (OpenCL).
+    max_dynamic_shared: int = 0
 
     @property
     def db_basename(self) -> str:
@@ -107,10 +110,17 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def launch(
-        self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...], args: list[Any]
+        self,
+        kernel: Any,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...],
+        args: list[Any],
+        shared_mem: int = 0,
     ) -> None:
         """Enqueue ``kernel``. ``global_size`` is the total work-item count per dimension (OpenCL
-        semantics, a multiple of ``local_size``). ``args`` holds buffers and NumPy scalars."""
+        semantics, a multiple of ``local_size``). ``args`` holds buffers and NumPy scalars.
+        ``shared_mem``: bytes of dynamic shared memory per block, up to
+        ``info.max_dynamic_shared`` (a backend without any refuses a non-zero value)."""
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...

@@ -239,6 +239,7 @@ def _unavailable_reason() -> str | None:
 
 _CUDA_TYPES = {DataType.FP32: 0, DataType.FP16: 2, DataType.BF16: 14}  # cudaDataType_t: R_32F, R_16F, R_16BF
 _CUBLAS_COMPUTE_32F = 68
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _CUBLAS_GEMM_DEFAULT = -1
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13  # DLPack device types
 
@@ -286,7 +287,9 @@ class Backend(BackendBase):
             fingerprint=fingerprint,
             max_work_group_size=int(props["maxThreadsPerBlock"]),
             local_mem_size=int(props["sharedMemPerBlock"]),
+            max_dynamic_shared=int(props.get("sharedMemPerBlockOptin", props["sharedMemPerBlock"])),
         )
+        self._dynamic_shared: dict[int, int] = {}  # kernel handle -> dynamic shared memory allowed
         self._modules: dict[bytes, Any] = {}
         self._lock = threading.Lock()
 
@@ -426,8 +429,28 @@ class Backend(BackendBase):
             f"args[{i}]", type(a).__name__, "expected a buffer or a NumPy scalar (np.int32, np.float32 ...)"
         )
 
+    def _allow_dynamic_shared(self, kernel: Any, nbytes: int) -> None:
+        """Raise the kernel's dynamic shared memory limit (48 KB unless asked) to ``nbytes``."""
+        if nbytes > self.info.max_dynamic_shared:
+            limit = self.info.max_dynamic_shared
+            raise bad("shared_mem", nbytes, f"the device allows {limit} bytes per block")
+        ptr = int(kernel.ptr)
+        if self._dynamic_shared.get(ptr, 48 * 1024) >= nbytes:
+            return
+        from cupy_backends.cuda.api import driver
+
+        with self.device:
+            driver.funcSetAttribute(ptr, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
+        with self._lock:
+            self._dynamic_shared[ptr] = int(nbytes)
+
     def launch(
-        self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...], args: list[Any]
+        self,
+        kernel: Any,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...],
+        args: list[Any],
+        shared_mem: int = 0,
     ) -> None:
         if len(global_size) != len(local_size) or not 1 <= len(global_size) <= 3:
             raise bad("global_size", global_size, f"needs 1 to 3 dims, like local_size {local_size}")
@@ -439,8 +462,13 @@ class Backend(BackendBase):
         block = tuple(int(v) for v in local_size) + (1,) * (3 - len(local_size))
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
         kargs = [self._arg(i, a) for i, a in enumerate(args)]
+        shared_mem = int(shared_mem)
+        if shared_mem < 0:
+            raise bad("shared_mem", shared_mem, "must be >= 0")
+        if shared_mem > 48 * 1024:
+            self._allow_dynamic_shared(kernel, shared_mem)
         with self.device:
-            kernel(grid3, block, kargs, stream=self.stream)
+            kernel(grid3, block, kargs, stream=self.stream, shared_mem=shared_mem)
 
     def synchronize(self) -> None:
         with self.device:

@@ -15,7 +15,7 @@ import numpy as np
 from miopy import log
 from miopy.backends.base import Backend as BackendBase
 from miopy.backends.base import DeviceInfo, expand_includes
-from miopy.errors import AllocFailed, BackendUnavailable, CompileError
+from miopy.errors import AllocFailed, BackendUnavailable, CompileError, bad
 
 _log = log.get("miopy.backends.opencl")
 
@@ -146,8 +146,15 @@ class Backend(BackendBase):
         return cl.Kernel(program, kernel_name)
 
     def launch(
-        self, kernel: Any, global_size: tuple[int, ...], local_size: tuple[int, ...], args: list[Any]
+        self,
+        kernel: Any,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...],
+        args: list[Any],
+        shared_mem: int = 0,
     ) -> None:
+        if shared_mem:
+            raise bad("shared_mem", shared_mem, "OpenCL launches take no dynamic shared memory")
         kernel.set_args(*args)
         event = cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
         if self._recording is not None:

@@ -131,6 +131,31 @@ def test_launch_scalars_by_value(handle):
     np.testing.assert_allclose(y, 2.5 * x + 2.0, rtol=1e-6, atol=1e-6)
 
 
+def test_launch_with_dynamic_shared_memory(handle):
+    """More than 48 KB of dynamic shared memory: the limit is raised at launch; too much is refused."""
+    from miopy.errors import BadParm
+
+    be = handle.backend
+    src = (
+        'extern "C" __global__ void rev(float* y, const float* x, int n) {\n'
+        "  extern __shared__ float s[];\n"
+        "  for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = x[i];\n"
+        "  __syncthreads();\n"
+        "  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = s[n - 1 - i];\n}\n"
+    )
+    kernel = be.load(be.build(src, "rev.cu", []), "rev")
+    n = 100 * 1024 // 4
+    assert be.info.max_dynamic_shared >= n * 4
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    xb, yb = be.upload(x), be.alloc(4 * n)
+    be.launch(kernel, (256,), (256,), [yb, xb, np.int32(n)], shared_mem=n * 4)
+    y = np.empty(n, np.float32)
+    be.download(yb, y)
+    np.testing.assert_array_equal(y, x[::-1])
+    with pytest.raises(BadParm, match="shared_mem"):
+        be.launch(kernel, (256,), (256,), [yb, xb, np.int32(n)], shared_mem=be.info.max_dynamic_shared + 1)
+
+
 def test_compile_error(handle):
     from miopy.errors import CompileError
 

@@ -19,13 +19,19 @@ from miopy.backends.base import DeviceInfo
 from miopy.engine.candidates import make_solution
 from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
+from miopy.solution import Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.implicit_gemm import (
+    DEFAULT_NARROW,
+    DEFAULT_SHORT,
+    DEFAULT_SMALL_GRID,
+    DEFAULT_WIDE,
     DOMAIN,
     FIELDS,
     PREFERRED,
     ConvIgemmFwdNhwc,
     grid_blocks,
+    k_tiles,
     smem_bytes,
     threads,
 )
@@ -41,14 +47,16 @@ def make(dtype, xlens, wlens, direction="F", layouts=NHWC, **conv) -> ConvProble
     return ConvProblem.create(x, w, ConvDesc(**conv), direction, y_layout=layouts[2])
 
 
-def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, local_mem_size=49152):
+def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, smem=232448):
+    """An H200 by default (227 KB of dynamic shared memory per block)."""
     info = DeviceInfo(
         "fake",
         "sm_90",
         compute_units,
         "",
         max_work_group_size=max_work_group_size,
-        local_mem_size=local_mem_size,
+        local_mem_size=min(smem, 49152),
+        max_dynamic_shared=smem,
     )
     return SimpleNamespace(info=info, backend_name=backend)
 
@@ -108,25 +116,23 @@ def test_search_space_and_default(problem):
     for config in space:
         assert SOLVER.is_valid_config(CTX, problem, config), config
         assert SOLVER.is_valid_config(CTX, problem, json.loads(json.dumps(config)))  # a DB round trip
-        assert smem_bytes(config) <= 48 * 1024 and 64 <= threads(config) <= 256
+        assert smem_bytes(config) <= 232448 and 64 <= threads(config) <= 256
     default = SOLVER.default_config(CTX, problem)
     assert SOLVER.is_valid_config(CTX, problem, default)
     k = problem.w.lens[0]
-    if grid_blocks(problem, {**default, "bm": 32, "bn": 32}) >= 1.5 * 132:  # idle SMs only when forced
-        assert grid_blocks(problem, default) >= 1.5 * 132, default
-    assert default["bn"] <= max(64, k)
+    assert default["bn"] <= max(64, k) and default["split_k"] == 1
 
 
 def test_default_config_follows_the_problem():
     wide = SOLVER.default_config(CTX, RESNET[1])  # K = 128, 25088 rows
     narrow = SOLVER.default_config(CTX, RESNET[0])  # K = 64
     tiny = SOLVER.default_config(CTX, RESNET[3])  # 7x7 images: 1568 rows, few tiles
-    assert (wide["bm"], wide["bn"]) == (64, 128)
-    assert (narrow["bm"], narrow["bn"]) == (128, 64)
-    assert tiny["bm"] * tiny["bn"] < 64 * 128 and grid_blocks(RESNET[3], tiny) >= 1.5 * 132
-    few_cus = SOLVER.default_config(fake_ctx(compute_units=8), RESNET[3])
-    assert (few_cus["bm"], few_cus["bn"]) == (64, 128)
-    small_smem = fake_ctx(local_mem_size=16384)
+    short = SOLVER.default_config(CTX, RESNET[4])  # 1x1 from 64 channels: 64 taps
+    assert wide == DEFAULT_WIDE and narrow == DEFAULT_NARROW and short == DEFAULT_SHORT
+    assert (wide["bm"], wide["bn"], wide["split_k"]) == (128, 64, 1)
+    assert tiny == DEFAULT_SMALL_GRID and grid_blocks(RESNET[3], DEFAULT_WIDE) < 2 * 132
+    assert SOLVER.default_config(fake_ctx(compute_units=8), RESNET[3]) == DEFAULT_WIDE
+    small_smem = fake_ctx(smem=16384)
     cfg = SOLVER.default_config(small_smem, RESNET[0])
     assert SOLVER.is_valid_config(small_smem, RESNET[0], cfg) and smem_bytes(cfg) <= 16384
 
@@ -150,23 +156,46 @@ def test_is_valid_config_rejects_garbage():
     bad_values += [
         {**good, "warps_m": 4, "bm": 32},  # warp tile of 8 rows
         {**good, "bm": 256, "bn": 256},  # 128 x 128 per warp: spills
-        {**good, "stages": 4},  # 64 KB of shared memory
+        {**good, "bm": 256, "bn": 256, "bk": 64, "warps_m": 4, "warps_n": 4, "stages": 4},  # 512 threads
         {**good, "bm": 32, "bn": 32, "warps_m": 1, "warps_n": 1},  # 32 threads
     ]
     for config in bad_values:
         assert not SOLVER.is_valid_config(CTX, ODD, config), config
-    assert not SOLVER.is_valid_config(fake_ctx(local_mem_size=32768), ODD, good)
+    assert not SOLVER.is_valid_config(fake_ctx(smem=32768), ODD, good)
+    big = {
+        "bm": 128,
+        "bn": 256,
+        "bk": 64,
+        "warps_m": 2,
+        "warps_n": 4,
+        "stages": 4,
+        "frag_bufs": 1,
+        "split_k": 1,
+    }  # 192 KB
+    assert smem_bytes(big) == 4 * 384 * 64 * 2 and SOLVER.is_valid_config(CTX, ODD, big)
+    assert not SOLVER.is_valid_config(fake_ctx(smem=160 * 1024), ODD, big)
     assert not SOLVER.is_valid_config(fake_ctx(max_work_group_size=64), ODD, good)
 
 
 def test_launch_geometry():
     problem = ODD.conv_view()
-    config = {"bm": 64, "bn": 32, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2}
+    config = {
+        "bm": 64,
+        "bn": 32,
+        "bk": 64,
+        "warps_m": 2,
+        "warps_n": 2,
+        "stages": 2,
+        "frag_bufs": 1,
+        "split_k": 1,
+    }
     program = SOLVER.get_program(CTX, problem, config)
     (spec,) = program.kernels
+    (launch,) = program.steps
+    assert launch.shared_mem == smem_bytes(config) and launch.args[3] is None
     n, k, ho, wo = 3, 40, *problem.y.lens[2:]
     blocks = -(-(n * ho * wo) // 64) * -(-k // 32)
-    assert spec.local_size == (128,) and spec.global_size == (blocks * 128,)
+    assert spec.local_size == (128, 1) and spec.global_size == (blocks * 128, 1)
     defines = dict(spec.defines)
     assert defines["MIOPY_DTYPE"] == 2
     assert all(defines[f"IG_{f.upper()}"] == v for f, v in config.items())
@@ -176,6 +205,35 @@ def test_launch_geometry():
     assert program.workspace == 0
     with pytest.raises(BadParm):
         SOLVER.get_program(CTX, problem, {**config, "bm": 48})
+
+
+def test_split_reduction_geometry():
+    """A split reduction: one block row per slice (grid y), fp32 partials, then the sum kernel."""
+    problem = RESNET[3]  # 7x7, R*S*C = 4608: 72 steps of 64
+    config = {
+        "bm": 64,
+        "bn": 64,
+        "bk": 64,
+        "warps_m": 2,
+        "warps_n": 2,
+        "stages": 3,
+        "frag_bufs": 2,
+        "split_k": 4,
+    }
+    assert k_tiles(problem, config) == 72 and SOLVER.is_valid_config(CTX, problem, config)
+    program = SOLVER.get_program(CTX, problem, config)
+    main, reduce = program.kernels
+    assert program.steps[0].args[3] == Workspace() and program.steps[1].args == (Workspace(), Tensor("y"))
+    rows, k = 32 * 7 * 7, 512
+    assert main.global_size == (grid_blocks(problem, config) * 128, 4) and main.local_size == (128, 1)
+    assert reduce.name == "igemm_splitk_reduce" and reduce.local_size == (256,)
+    assert reduce.global_size[0] >= rows * k // 8 > reduce.global_size[0] - 256
+    assert program.workspace == 4 * rows * k * 4 == SOLVER.workspace_size(CTX, problem, config)
+    assert dict(main.defines)["IG_SPLIT_K"] == 4 == dict(reduce.defines)["IG_SPLIT_K"]
+    few_steps = {**config, "bk": 32, "split_k": 8}
+    assert k_tiles(ODD, few_steps) == 5  # 2 * 3 * 24 taps, 32 at a time
+    assert SOLVER.is_valid_config(CTX, ODD, {**few_steps, "split_k": 4})
+    assert not SOLVER.is_valid_config(CTX, ODD, {**few_steps, "split_k": 6})
 
 
 def _nvrtc_reason() -> str | None:
@@ -201,7 +259,7 @@ def test_sample_of_configs_compiles_for_sm90():
         picks = [SOLVER.default_config(CTX, problem), space[0], space[-1]]
         picks += [space[i] for i in rng.choice(len(space), 2, replace=False)]
         for config in picks:
-            (spec,) = SOLVER.get_program(CTX, problem, config).kernels
+            spec = SOLVER.get_program(CTX, problem, config).kernels[0]
             cubin = compile_cubin(source, "igemm_fwd.cu", spec.options(), arch="sm_90")
             assert cubin[:4] == b"\x7fELF" and b"igemm_fwd" in cubin, config
 
@@ -275,6 +333,27 @@ def test_igemm_larger_layers(handle):
         make("bf16", (2, 256, 28, 28), (512, 256, 1, 1), pads=(0, 0), strides=(2, 2)),
     ):
         check(handle, problem, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_igemm_split_reduction(handle):
+    """Split reductions (uneven slices too) give the unsplit answer, both data types."""
+    rng = np.random.default_rng(46)
+    for dtype, split in (("fp16", 2), ("bf16", 3), ("fp16", 8)):
+        problem = make(dtype, (4, 64, 7, 7), (48, 64, 3, 3), pads=(1, 1))
+        config = {
+            "bm": 64,
+            "bn": 64,
+            "bk": 32,
+            "warps_m": 2,
+            "warps_n": 2,
+            "stages": 3,
+            "frag_bufs": 1,
+            "split_k": split,
+        }
+        assert SOLVER.is_valid_config(handle, problem, config)
+        check(handle, problem, rng, config)
 
 
 @pytest.mark.gpu

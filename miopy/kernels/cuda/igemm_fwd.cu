@@ -7,11 +7,14 @@
    lies), and D is y as it lies (NHWC: row m holds the K channels of pixel m).
 
    A block computes a BM x BN tile of D. BK-wide slices of A and B go global -> shared through a
-   STAGES-deep cp.async pipeline (16-byte copies of 8 channels; padding, taps past KD and rows
+   STAGES-deep cp.async pipeline in dynamic shared memory (the launch gives IG_SMEM_CHUNKS * 16
+   bytes) (16-byte copies of 8 channels; padding, taps past KD and rows
    past M are zero-filled), swizzled (common/mma_sm80.h) so ldmatrix reads are conflict-free.
    Warps are a WARPS_M x WARPS_N grid, each computing a (BM/WARPS_M) x (BN/WARPS_N) tile with
    mma.sync m16n8k16. The epilogue rounds the fp32 tile to data_t through shared memory and
-   writes it with 16-byte stores, whole rows of the tile at a time.
+   writes it with 16-byte stores, whole rows of the tile at a time. With IG_SPLIT_K > 1 the
+   reduction is split over gridDim.y blocks, each writing fp32 partial sums to the workspace
+   (IG_SPLIT_K x M x K floats), and igemm_splitk_reduce sums them into y.
 
    Needs C % 8 == 0 and K % 8 == 0 (16-byte chunks never straddle a tap or the end of a row). */
 #include "common/mma_sm80.h"
@@ -19,7 +22,9 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1
 // miopy-compile-test: -DMIOPY_DTYPE=2
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=2
-// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=2
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_FRAG_BUFS=2
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=3 -DIG_FRAG_BUFS=2 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Defaults only so that the file compiles on its own (the CUDA compile test); the solver always
@@ -48,6 +53,12 @@
 #define IG_WARPS_M 2
 #define IG_WARPS_N 2
 #define IG_STAGES 3
+#endif
+#ifndef IG_FRAG_BUFS
+#define IG_FRAG_BUFS 1 /* 2: double-buffered fragments */
+#endif
+#ifndef IG_SPLIT_K
+#define IG_SPLIT_K 1 /* the reduction split over this many blocks (blockIdx.y), summed by igemm_splitk_reduce */
 #endif
 
 #if MIOPY_DTYPE == 0
@@ -78,12 +89,13 @@ static_assert(IG_BK == 32 || IG_BK == 64, "BK is 32 or 64");
 static_assert(IG_WM % 16 == 0 && IG_WN % 16 == 0, "warp tiles are multiples of 16");
 static_assert(IG_BM * IG_CH % IG_THREADS == 0 && IG_BN * IG_CH % IG_THREADS == 0, "even loads");
 static_assert(IG_STAGES >= 2, "at least two stages");
-static_assert(IG_SMEM_CHUNKS * 16 <= 48 * 1024, "static shared memory is at most 48 KB");
+static_assert(IG_FRAG_BUFS == 1 || IG_FRAG_BUFS == 2, "one or two fragment buffers");
+static_assert(IG_SMEM_CHUNKS * 16 <= 227 * 1024, "at most 227 KB of shared memory per block");
 
 KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w,
-                                                    data_t* RESTRICT y)
+                                                    data_t* RESTRICT y, float* RESTRICT ws)
 {
-    __shared__ __align__(128) uint4 smem[IG_SMEM_CHUNKS];
+    extern __shared__ __align__(128) uint4 smem[]; /* IG_SMEM_CHUNKS, given at launch */
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
@@ -91,11 +103,15 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
     const int m0 = (bid / IG_TILES_N) * IG_BM;
     const int n0 = (bid % IG_TILES_N) * IG_BN;
     const u32 smem_base = smem_addr(smem);
+    /* split-K: this block reduces k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
+    const int kt0 = (int)((long long)blockIdx.y * IG_KT / IG_SPLIT_K);
+    const int kt1 = (int)((long long)(blockIdx.y + 1) * IG_KT / IG_SPLIT_K);
+    const int nkt = kt1 - kt0;
 
     /* ---- what this thread copies: chunk column `col` of rows row0 + i * IG_ROW_STEP ---- */
     const int col = tid % IG_CH;
     const int row0 = tid / IG_CH;
-    const data_t* a_img[IG_A_ITERS];
+    int a_img[IG_A_ITERS]; /* element offset of the row's image (x has < 2^31 elements) */
     int a_ih[IG_A_ITERS], a_iw[IG_A_ITERS];
 #pragma unroll
     for(int i = 0; i < IG_A_ITERS; ++i)
@@ -106,7 +122,7 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
         const int p = pq / IG_Q;
         const int q = pq - p * IG_Q;
         const bool ok = m < IG_M;
-        a_img[i] = x + (ok ? (i64)n * (IG_H * IG_W * IG_C) : 0);
+        a_img[i] = ok ? n * (IG_H * IG_W * IG_C) : 0;
         a_ih[i] = ok ? p * IG_SH - IG_PH : -(1 << 24);
         a_iw[i] = q * IG_SW - IG_PW;
     }
@@ -126,7 +142,7 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
             const int ih = a_ih[i] + r * IG_DH;
             const int iw = a_iw[i] + s * IG_DW;
             const bool ok = k_ok && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
-            const data_t* src = ok ? a_img[i] + ((ih * IG_W + iw) * IG_C + c) : x;
+            const data_t* src = x + (ok ? a_img[i] + (ih * IG_W + iw) * IG_C + c : 0);
             cp_async_16(a_dst + swizzle<IG_CH>(row0 + i * IG_ROW_STEP, col) * 16, src, ok);
         }
 #pragma unroll
@@ -150,56 +166,114 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
 
     const int wm0 = (warp / IG_WARPS_N) * IG_WM;
     const int wn0 = (warp % IG_WARPS_N) * IG_WN;
+    /* per-lane ldmatrix rows and chunk offsets (see mma_16816's fragment layouts) */
+    const int a_row = wm0 + (lane & 15), a_chunk = lane >> 4;
+    const int b_row = wn0 + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
+
+    /* fragments of IG_FRAG_BUFS k-steps: with 2, the next is read from shared memory while the
+       tensor cores work on this one (more registers) */
+    u32 af[IG_FRAG_BUFS][IG_MI][4];
+    u32 bf[IG_FRAG_BUFS][IG_NI][2];
+    auto load_frags = [&](int buf, int stage, int ks) {
+        const u32 a_tile = smem_base + stage * (IG_STAGE_CHUNKS * 16);
+        const u32 b_tile = a_tile + IG_BM * IG_CH * 16;
+#pragma unroll
+        for(int i = 0; i < IG_MI; ++i)
+            ldmatrix_x4(a_tile + swizzle<IG_CH>(a_row + i * 16, ks * 2 + a_chunk) * 16, af[buf][i][0],
+                        af[buf][i][1], af[buf][i][2], af[buf][i][3]);
+#pragma unroll
+        for(int j = 0; j < IG_NI / 2; ++j)
+            ldmatrix_x4(b_tile + swizzle<IG_CH>(b_row + j * 16, ks * 2 + b_chunk) * 16, bf[buf][2 * j][0],
+                        bf[buf][2 * j][1], bf[buf][2 * j + 1][0], bf[buf][2 * j + 1][1]);
+    };
 
 #pragma unroll
     for(int s = 0; s < IG_STAGES - 1; ++s)
     {
-        if(s < IG_KT)
-            load_tile(s, s);
+        if(s < nkt)
+            load_tile(s, kt0 + s);
         cp_async_commit();
     }
-
-    for(int kt = 0; kt < IG_KT; ++kt)
+    int read_stage = 0;
+    int write_stage = IG_STAGES - 1;
+    constexpr int KSTEPS = IG_BK / 16;
+#if IG_FRAG_BUFS == 2
+    cp_async_wait<IG_STAGES - 2>();
+    __syncthreads();
+    load_frags(0, 0, 0);
+    for(int t = 0; t < nkt; ++t)
     {
-        cp_async_wait<IG_STAGES - 2>();
-        __syncthreads(); /* tile kt is in; every warp is done with the stage refilled next */
-        const int next = kt + IG_STAGES - 1;
-        if(next < IG_KT)
-            load_tile(next % IG_STAGES, next);
-        cp_async_commit();
-
-        const u32 a_tile = smem_base + (kt % IG_STAGES) * (IG_STAGE_CHUNKS * 16);
-        const u32 b_tile = a_tile + IG_BM * IG_CH * 16;
 #pragma unroll
-        for(int ks = 0; ks < IG_BK / 16; ++ks)
+        for(int ks = 0; ks < KSTEPS; ++ks)
         {
-            u32 af[IG_MI][4];
-            u32 bf[IG_NI][2];
-#pragma unroll
-            for(int i = 0; i < IG_MI; ++i)
+            if(ks == KSTEPS - 1)
             {
-                const int row = wm0 + i * 16 + (lane & 15);
-                const int chunk = ks * 2 + (lane >> 4);
-                ldmatrix_x4(a_tile + swizzle<IG_CH>(row, chunk) * 16, af[i][0], af[i][1], af[i][2], af[i][3]);
+                /* tile t + 1 is in, and every warp has read its last fragments of tile t - 1 */
+                cp_async_wait<IG_STAGES - 2>();
+                __syncthreads();
+                read_stage = read_stage == IG_STAGES - 1 ? 0 : read_stage + 1;
             }
-#pragma unroll
-            for(int j = 0; j < IG_NI / 2; ++j)
+            load_frags((ks + 1) & 1, read_stage, (ks + 1) % KSTEPS);
+            if(ks == 0)
             {
-                const int row = wn0 + j * 16 + (lane & 7) + ((lane >> 4) << 3);
-                const int chunk = ks * 2 + ((lane >> 3) & 1);
-                ldmatrix_x4(b_tile + swizzle<IG_CH>(row, chunk) * 16, bf[2 * j][0], bf[2 * j][1],
-                            bf[2 * j + 1][0], bf[2 * j + 1][1]);
+                /* refill the stage tile t - 1 used: all its reads are done */
+                if(t + IG_STAGES - 1 < nkt)
+                    load_tile(write_stage, kt0 + t + IG_STAGES - 1);
+                cp_async_commit();
+                write_stage = write_stage == IG_STAGES - 1 ? 0 : write_stage + 1;
             }
 #pragma unroll
             for(int i = 0; i < IG_MI; ++i)
 #pragma unroll
                 for(int j = 0; j < IG_NI; ++j)
-                    mma_16816(acc[i][j], af[i], bf[j]);
+                    mma_16816(acc[i][j], af[ks & 1][i], bf[ks & 1][j]);
         }
     }
-
-    /* ---- epilogue: fp32 -> data_t into shared memory, then 16-byte rows out ---- */
+#else
+    for(int t = 0; t < nkt; ++t)
+    {
+        cp_async_wait<IG_STAGES - 2>();
+        __syncthreads(); /* tile t is in; every warp is done with the stage refilled next */
+        if(t + IG_STAGES - 1 < nkt)
+            load_tile(write_stage, kt0 + t + IG_STAGES - 1);
+        cp_async_commit();
+        write_stage = write_stage == IG_STAGES - 1 ? 0 : write_stage + 1;
+#pragma unroll
+        for(int ks = 0; ks < KSTEPS; ++ks)
+        {
+            load_frags(0, read_stage, ks);
+#pragma unroll
+            for(int i = 0; i < IG_MI; ++i)
+#pragma unroll
+                for(int j = 0; j < IG_NI; ++j)
+                    mma_16816(acc[i][j], af[0][i], bf[0][j]);
+        }
+        read_stage = read_stage == IG_STAGES - 1 ? 0 : read_stage + 1;
+    }
+#endif
     cp_async_wait<0>();
+
+#if IG_SPLIT_K > 1
+    /* ---- split-K epilogue: fp32 partial sums to the workspace, slice blockIdx.y ---- */
+    float* part = ws + (i64)blockIdx.y * IG_M * IG_K;
+#pragma unroll
+    for(int i = 0; i < IG_MI; ++i)
+#pragma unroll
+        for(int j = 0; j < IG_NI; ++j)
+        {
+            const int row = m0 + wm0 + i * 16 + (lane >> 2);
+            const int k = n0 + wn0 + j * 8 + (lane & 3) * 2;
+            if(k < IG_K)
+            {
+                if(row < IG_M)
+                    *reinterpret_cast<float2*>(part + (i64)row * IG_K + k) = make_float2(acc[i][j][0], acc[i][j][1]);
+                if(row + 8 < IG_M)
+                    *reinterpret_cast<float2*>(part + (i64)(row + 8) * IG_K + k) =
+                        make_float2(acc[i][j][2], acc[i][j][3]);
+            }
+        }
+#else
+    /* ---- epilogue: fp32 -> data_t into shared memory, then 16-byte rows out ---- */
     __syncthreads();
     u32* ctile = reinterpret_cast<u32*>(smem);
 #pragma unroll
@@ -224,4 +298,31 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
         if(m < IG_M && k < IG_K)
             *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = smem[(row * IG_PITCH) / 8 + ch];
     }
+#endif
+}
+
+/* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */
+KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y)
+{
+    const i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if(e >= (i64)IG_M * IG_K)
+        return;
+    float v[8];
+    const float4* p = reinterpret_cast<const float4*>(ws + e);
+    float4 lo = p[0], hi = p[1];
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+#pragma unroll
+    for(int s = 1; s < IG_SPLIT_K; ++s)
+    {
+        p = reinterpret_cast<const float4*>(ws + (i64)s * IG_M * IG_K + e);
+        lo = p[0], hi = p[1];
+        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+        v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+    }
+    uint4 out;
+    out.x = pack2(v[0], v[1]);
+    out.y = pack2(v[2], v[3]);
+    out.z = pack2(v[4], v[5]);
+    out.w = pack2(v[6], v[7]);
+    *reinterpret_cast<uint4*>(y + e) = out;
 }

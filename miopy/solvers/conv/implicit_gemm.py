@@ -17,7 +17,7 @@ from typing import Any
 
 from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec, Launch, Program, Tensor
+from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import TunableSolver
 from miopy.tensor import DataType, packed_strides
 
@@ -28,28 +28,57 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "warps_m": (1, 2, 4),
     "warps_n": (1, 2, 4),
     "stages": (2, 3, 4, 5),
+    "frag_bufs": (1, 2),  # 2: the next k-step's fragments load during this one's MMAs
+    "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction (fp32 partial sums, then a sum)
 }
 FIELDS = tuple(DOMAIN)
-STATIC_SMEM = 48 * 1024  # the kernel's shared memory is static: 48 KB at most
+DEFAULT_SMEM = 48 * 1024  # shared memory per block where the device does not say more
 MAX_WARP_OUTPUTS = 64 * 64  # fp32 accumulators per warp (64 per thread) beyond which registers spill
 MIN_THREADS, MAX_THREADS = 64, 256
 INT32_MAX = 2**31 - 1
-# default_config's choices, most preferred first (all fit the 48 KB of static shared memory):
-# the fastest on ResNet-50 layers at batch 32 on an H200 among 16 configs (fp16, 2026-11-22).
-PREFERRED_WIDE: tuple[dict[str, int], ...] = (  # K > 64
-    {"bm": 64, "bn": 128, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2},
-    {"bm": 64, "bn": 64, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 3},
-    {"bm": 32, "bn": 64, "bk": 64, "warps_m": 1, "warps_n": 2, "stages": 4},
-    {"bm": 32, "bn": 32, "bk": 32, "warps_m": 1, "warps_n": 2, "stages": 4},
-)
-PREFERRED_NARROW: tuple[dict[str, int], ...] = (  # K <= 64
-    {"bm": 128, "bn": 64, "bk": 64, "warps_m": 2, "warps_n": 2, "stages": 2},
-    *PREFERRED_WIDE[1:],
-)
-PREFERRED = PREFERRED_WIDE + PREFERRED_NARROW[:1]
-# A grid of fewer blocks than this many per multiprocessor leaves the tensor cores idle: the
-# default takes a smaller tile then.
-MIN_BLOCKS_PER_CU = 1.5
+
+
+def _cfg(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, frag_bufs: int = 1) -> dict:
+    return {
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "warps_m": warps_m,
+        "warps_n": warps_n,
+        "stages": stages,
+        "frag_bufs": frag_bufs,
+        "split_k": 1,
+    }
+
+
+# default_config's choices: the fastest on the ResNet-50 layers at batch 32 on an H200 among 47
+# configs (fp16, 2026-11-22; scripts/bench_igemm.py). 128 x 64 tiles of 64 x 32 per warp won on
+# most layers (within 8% of each layer's best on average).
+DEFAULT_WIDE = _cfg(128, 64, 64, 2, 2, 3)  # K > 64
+DEFAULT_NARROW = _cfg(128, 64, 64, 2, 2, 2)  # K <= 64
+DEFAULT_SHORT = _cfg(128, 128, 32, 2, 2, 3)  # K > 64 and R*S*C <= 128: one or two steps
+DEFAULT_SMALL_GRID = _cfg(64, 64, 64, 2, 2, 3, frag_bufs=2)  # fewer than 2 blocks per SM
+FALLBACKS = (_cfg(32, 64, 64, 1, 2, 4), _cfg(32, 32, 32, 1, 2, 4))  # little shared memory
+PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SHORT, DEFAULT_SMALL_GRID, *FALLBACKS)
+SMALL_GRID_PER_CU = 2  # fewer blocks than this per multiprocessor: DEFAULT_SMALL_GRID
+MIN_SLICE_TILES = 8  # pipeline steps of each slice of a split reduction, at least (search space)
+
+
+REDUCE_THREADS = 256  # the work-group of igemm_splitk_reduce
+
+
+def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
+    """Pipeline steps of the whole reduction (R*S*C taps, ``bk`` at a time)."""
+    k, c, r, s = problem.w.lens
+    return -(-(r * s * c) // config["bk"])
+
+
+def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
+    """The fp32 partial outputs of a split reduction (none without a split)."""
+    if config["split_k"] == 1:
+        return 0
+    n, k, ho, wo = problem.y.lens
+    return config["split_k"] * n * ho * wo * k * 4
 
 
 def threads(config: dict[str, int]) -> int:
@@ -57,7 +86,7 @@ def threads(config: dict[str, int]) -> int:
 
 
 def smem_bytes(config: dict[str, int]) -> int:
-    """Static shared memory of the kernel: the pipeline's stages, or the epilogue's output tile."""
+    """Dynamic shared memory of the kernel: the pipeline's stages, or the epilogue's output tile."""
     pipeline = config["stages"] * (config["bm"] + config["bn"]) * config["bk"] * 2
     epilogue = config["bm"] * (config["bn"] + 8) * 2
     return max(pipeline, epilogue)
@@ -73,9 +102,12 @@ def _is_nhwc(desc) -> bool:
     return tuple(desc.strides) == packed_strides(tuple(desc.lens), "NHWC")
 
 
-def _local_mem(ctx) -> int:
+def smem_limit(ctx) -> int:
+    """Dynamic shared memory a block may have on the device (227 KB on Hopper)."""
     info = getattr(ctx, "info", None)
-    return STATIC_SMEM if info is None else min(STATIC_SMEM, info.local_mem_size)
+    if info is None:
+        return DEFAULT_SMEM
+    return info.max_dynamic_shared or info.local_mem_size
 
 
 def _compute_units(ctx) -> int:
@@ -84,7 +116,6 @@ def _compute_units(ctx) -> int:
 
 
 class ConvIgemmFwdNhwc(TunableSolver):
-    primitive = "conv"
     name = "ConvIgemmFwdNhwc"
     id = 201  # no MIOpen counterpart; outside the range of its solver ids
     algorithm = "implicit_gemm"
@@ -108,8 +139,8 @@ class ConvIgemmFwdNhwc(TunableSolver):
         k = problem.w.lens[0]
         if c % 8 or k % 8:
             return f"C={c} and K={k} must be multiples of 8"
-        if h * w * c > INT32_MAX:
-            return "an image of more than 2^31 elements"
+        if problem.x.element_space > INT32_MAX:
+            return "an input of more than 2^31 elements"
         if n * problem.y.lens[2] * problem.y.lens[3] > INT32_MAX:
             return "more than 2^31 output pixels"
         return None
@@ -134,24 +165,39 @@ class ConvIgemmFwdNhwc(TunableSolver):
         chunks = config["bk"] // 8
         if (config["bm"] * chunks) % t or (config["bn"] * chunks) % t:
             return False  # every thread copies the same number of 16-byte chunks
-        return smem_bytes(config) <= _local_mem(ctx)
+        if config["split_k"] > k_tiles(problem, config):
+            return False  # a block with nothing to sum
+        return smem_bytes(config) <= smem_limit(ctx)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """The first preferred config (``PREFERRED_WIDE`` for K > 64, else ``PREFERRED_NARROW``)
-        whose grid has MIN_BLOCKS_PER_CU blocks per multiprocessor; the smallest when none has."""
-        preferred = PREFERRED_WIDE if problem.w.lens[0] > 64 else PREFERRED_NARROW
-        want = MIN_BLOCKS_PER_CU * _compute_units(ctx)
-        candidates = [c for c in preferred if self.is_valid_config(ctx, problem, c)]
-        for config in candidates:
-            if grid_blocks(problem, config) >= want:
-                return dict(config)
-        return dict(candidates[-1] if candidates else preferred[-1])
+        """DEFAULT_NARROW for K <= 64, DEFAULT_SHORT for a reduction of at most 128 taps, else
+        DEFAULT_WIDE; DEFAULT_SMALL_GRID where that grid has fewer than SMALL_GRID_PER_CU blocks
+        per multiprocessor; FALLBACKS where shared memory is short. No split reduction (tuning
+        may choose one)."""
+        k, c, r, s = problem.w.lens
+        if k <= 64:
+            first = DEFAULT_NARROW
+        elif r * s * c <= 128:
+            first = DEFAULT_SHORT
+        else:
+            first = DEFAULT_WIDE
+        chain = [first, DEFAULT_SMALL_GRID, *FALLBACKS]
+        valid = [cfg for cfg in chain if self.is_valid_config(ctx, problem, cfg)]
+        if not valid:
+            return dict(chain[-1])
+        small = grid_blocks(problem, first) < SMALL_GRID_PER_CU * _compute_units(ctx)
+        if valid[0] is first and small and len(valid) > 1:
+            return dict(valid[1])
+        return dict(valid[0])
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs whose block is no wider than the next power of two of K (at least 32)
-        with 128 or more threads where the block has room for them."""
+        with 128 or more threads where the block has room for them; splits of the reduction
+        only where the unsplit grid has fewer than 2 blocks per multiprocessor and each slice
+        keeps MIN_SLICE_TILES pipeline steps."""
         k = problem.w.lens[0]
         cap_n = max(32, 1 << (k - 1).bit_length())
+        cus = _compute_units(ctx)
         out = []
         for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
             config = dict(zip(FIELDS, values))
@@ -159,23 +205,39 @@ class ConvIgemmFwdNhwc(TunableSolver):
                 continue
             if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
                 continue
+            split = config["split_k"]
+            if split > 1 and (
+                grid_blocks(problem, config) >= 2 * cus or k_tiles(problem, config) < split * MIN_SLICE_TILES
+            ):
+                continue
             if self.is_valid_config(ctx, problem, config):
                 out.append(config)
         return out or [self.default_config(ctx, problem)]
 
     # ---- program ---------------------------------------------------------------------------------
+    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
+        return workspace_bytes(problem, config or self.default_config(ctx, problem))
+
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         if config is None:
             config = self.default_config(ctx, problem)
         elif not self.is_valid_config(ctx, problem, config):
             raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
-        spec = kernel_spec(problem, config)
-        return Program((Launch(spec, (Tensor("x"), Tensor("w"), Tensor("y"))),))
+        specs = kernel_specs(problem, config)
+        split = config["split_k"] > 1
+        partials = Workspace() if split else None
+        steps = [
+            Launch(specs[0], (Tensor("x"), Tensor("w"), Tensor("y"), partials), shared_mem=smem_bytes(config))
+        ]
+        if split:
+            steps.append(Launch(specs[1], (Workspace(), Tensor("y"))))
+        return Program(tuple(steps), workspace=workspace_bytes(problem, config))
 
 
-def kernel_spec(problem: ConvProblem, config: dict[str, int]) -> KernelSpec:
-    """The kernel of ``config`` for a conv-view forward problem: shape and config as defines,
-    one block of ``threads(config)`` per output tile."""
+def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
+    """The kernels of ``config`` for a conv-view forward problem, shape and config as defines:
+    igemm_fwd, one block of ``threads(config)`` per output tile and reduction slice, and with
+    a split reduction igemm_splitk_reduce, one work item per 8 outputs."""
     n, c, h, w = problem.x.lens
     k, _, r, s = problem.w.lens
     _, _, ho, wo = problem.y.lens
@@ -200,4 +262,16 @@ def kernel_spec(problem: ConvProblem, config: dict[str, int]) -> KernelSpec:
     defines.update({f"IG_{name}": int(v) for name, v in shape.items()})
     defines.update({f"IG_{f.upper()}": config[f] for f in FIELDS})
     local = threads(config)
-    return KernelSpec("igemm_fwd", "igemm_fwd", defines, (grid_blocks(problem, config) * local,), (local,))
+    split = config["split_k"]
+    specs = [
+        KernelSpec(
+            "igemm_fwd", "igemm_fwd", defines, (grid_blocks(problem, config) * local, split), (local, 1)
+        )
+    ]
+    if split > 1:
+        groups = -(-(n * ho * wo * k // 8) // REDUCE_THREADS)
+        reduce = KernelSpec(
+            "igemm_fwd", "igemm_splitk_reduce", defines, (groups * REDUCE_THREADS,), (REDUCE_THREADS,)
+        )
+        specs.append(reduce)
+    return specs
