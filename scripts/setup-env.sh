@@ -22,6 +22,14 @@ if [ "$need" = 1 ]; then
     .venv/bin/python -m pip install -q -e ".[${extras}]" 2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; }
     echo "$hash $extras" >"$stamp"
 fi
+case ",$extras," in *",dev,"*)
+    # The torch tests need PyTorch; the CPU-only wheel (~190 MB, ~2 min) rather than PyPI's CUDA one.
+    if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+        .venv/bin/python -m pip install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu \
+            2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; } ||
+            echo "PyTorch (CPU) did not install: the torch tests will be skipped" >&2
+    fi ;;
+esac
 if ! .venv/bin/python -c 'import pyopencl as cl, sys; sys.exit(0 if any(p.get_devices() for p in cl.get_platforms()) else 1)' 2>/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "No OpenCL platform visible: installing pocl-opencl-icd (the CPU OpenCL runtime)"

@@ -1,0 +1,32 @@
+"""One call per operation, on the caller's arrays (NumPy, PyTorch, CuPy, JAX), with PyTorch's
+argument names and semantics. Problems, chosen solutions and compiled invokers are cached per
+shape, so only a call with new shapes finds and compiles.
+
+    import numpy as np
+    from miopy import functional as F
+
+    x = np.random.rand(2, 3, 8, 8).astype(np.float32)
+    w = np.random.rand(4, 3, 3, 3).astype(np.float32)
+    y = F.conv2d(x, w, padding=1)  # (2, 4, 8, 8), a NumPy array
+"""
+
+from miopy.functional.conv import (
+    conv2d,
+    conv3d,
+    conv_input_grad,
+    conv_transpose2d,
+    conv_transpose3d,
+    conv_weight_grad,
+)
+from miopy.functional.core import clear_plans, default_handle
+
+__all__ = [
+    "clear_plans",
+    "conv2d",
+    "conv3d",
+    "conv_input_grad",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "conv_weight_grad",
+    "default_handle",
+]
