@@ -1,6 +1,8 @@
 """PyTorch layers computed by miopy: autograd Functions and drop-in ``nn.Module``s.
 
-``Conv2d``, ``Conv3d``, ``ConvTranspose2d`` and ``ConvTranspose3d`` subclass their ``torch.nn``
+``Conv2d``, ``Conv3d``, ``ConvTranspose2d``, ``ConvTranspose3d``, the activations (``ReLU``,
+``LeakyReLU``, ``ELU``, ``Sigmoid``, ``Tanh``, ``ReLU6``) and pooling (``MaxPool2d/3d``,
+``AvgPool2d/3d``) subclass their ``torch.nn``
 namesakes (same arguments, same parameters, same initialisation: with one seed both give the same
 weights) and replace only the computation: forward through miopy's forward solvers, backward
 through its backward-data and backward-weights solvers, on CUDA tensors (the CUDA backend, on
@@ -25,7 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from miopy.functional import activ as factiv
 from miopy.functional import conv as fconv
+from miopy.functional import pooling as fpool
+from miopy.problem.activation import ActivationMode
+from miopy.problem.pooling import PoolingDesc, PoolingMode
 
 
 class ConvFunction(torch.autograd.Function):
@@ -143,4 +149,151 @@ class ConvTranspose3d(_MiopyConvTranspose, nn.ConvTranspose3d):
     """``torch.nn.ConvTranspose3d`` computed by miopy."""
 
 
-__all__ = ["Conv2d", "Conv3d", "ConvFunction", "ConvTranspose2d", "ConvTranspose3d", "conv_function"]
+# ---- activations -------------------------------------------------------------------------------
+class ActivationFunction(torch.autograd.Function):
+    """y = f(x) for one of MIOpen's activation modes; backward by miopy's activation gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, mode: ActivationMode, alpha: float, beta: float, gamma: float):
+        y = factiv.activation(x, mode, alpha, beta, gamma)
+        ctx.save_for_backward(x, y)
+        ctx.desc = (mode, alpha, beta, gamma)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> Any:
+        x, y = ctx.saved_tensors
+        return factiv.activation_grad(dy, x, y, *ctx.desc), None, None, None, None
+
+
+def activation_function(
+    x: torch.Tensor, mode: str | int, alpha: float = 1.0, beta: float = 1.0, gamma: float = 1.0
+) -> torch.Tensor:
+    """A differentiable activation computed by miopy (any ``miopy.ActivationMode``)."""
+    return ActivationFunction.apply(x, ActivationMode.parse(mode), float(alpha), float(beta), float(gamma))
+
+
+class _Activation(nn.Module):
+    mode: ActivationMode
+
+    def _abg(self) -> tuple[float, float, float]:
+        return (1.0, 1.0, 1.0)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return activation_function(input, self.mode, *self._abg())
+
+
+class ReLU(_Activation, nn.ReLU):
+    """``torch.nn.ReLU`` computed by miopy (``inplace`` is ignored: a new tensor is returned)."""
+
+    mode = ActivationMode.RELU
+
+
+class LeakyReLU(_Activation, nn.LeakyReLU):
+    mode = ActivationMode.LEAKY_RELU
+
+    def _abg(self) -> tuple[float, float, float]:
+        return (self.negative_slope, 1.0, 1.0)
+
+
+class ELU(_Activation, nn.ELU):
+    mode = ActivationMode.ELU
+
+    def _abg(self) -> tuple[float, float, float]:
+        return (self.alpha, 1.0, 1.0)
+
+
+class Sigmoid(_Activation, nn.Sigmoid):
+    mode = ActivationMode.LOGISTIC
+
+
+class Tanh(_Activation, nn.Tanh):
+    mode = ActivationMode.TANH
+
+
+class ReLU6(_Activation, nn.ReLU6):
+    mode = ActivationMode.CLIPPED_RELU
+
+    def _abg(self) -> tuple[float, float, float]:
+        return (6.0, 1.0, 1.0)
+
+
+# ---- pooling -------------------------------------------------------------------------------------
+class PoolFunction(torch.autograd.Function):
+    """Max or average pooling by miopy; max pooling keeps MIOpen's index for its backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, desc: PoolingDesc) -> Any:
+        needs = desc.mode is PoolingMode.MAX and x.requires_grad
+        y, index = fpool.pool_forward(x, desc, save_index=needs)
+        ctx.desc, ctx.index, ctx.shape = desc, index, tuple(x.shape)
+        ctx.layout = fpool.layout_of(y) if index is not None else None
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> Any:
+        return fpool.pool_grad(dy, ctx.shape, ctx.desc, ctx.index, ctx.layout), None
+
+
+def pool_function(
+    x: torch.Tensor, mode: str, kernel_size, stride=None, padding=0, count_include_pad: bool = True
+) -> torch.Tensor:
+    """A differentiable pooling computed by miopy: ``mode`` "max" or "avg" (PyTorch's
+    ``count_include_pad`` then picks MIOpen's AVG_INCLUSIVE or AVG)."""
+    if mode == "avg":
+        mode = "avg_in" if count_include_pad else "avg"
+    return PoolFunction.apply(x, fpool._pool_desc(mode, x.dim() - 2, kernel_size, stride, padding))
+
+
+class _MaxPool:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        fpool._check(self.ceil_mode, self.dilation, self.return_indices)
+        return pool_function(input, "max", self.kernel_size, self.stride, self.padding)
+
+
+class _AvgPool:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        fpool._check(self.ceil_mode, divisor_override=self.divisor_override)
+        return pool_function(
+            input, "avg", self.kernel_size, self.stride, self.padding, self.count_include_pad
+        )
+
+
+class MaxPool2d(_MaxPool, nn.MaxPool2d):
+    """``torch.nn.MaxPool2d`` computed by miopy (no dilation, ceil_mode or return_indices)."""
+
+
+class MaxPool3d(_MaxPool, nn.MaxPool3d):
+    """``torch.nn.MaxPool3d`` computed by miopy (no dilation, ceil_mode or return_indices)."""
+
+
+class AvgPool2d(_AvgPool, nn.AvgPool2d):
+    """``torch.nn.AvgPool2d`` computed by miopy (no ceil_mode or divisor_override)."""
+
+
+class AvgPool3d(_AvgPool, nn.AvgPool3d):
+    """``torch.nn.AvgPool3d`` computed by miopy (no ceil_mode or divisor_override)."""
+
+
+__all__ = [
+    "ELU",
+    "ActivationFunction",
+    "AvgPool2d",
+    "AvgPool3d",
+    "Conv2d",
+    "Conv3d",
+    "ConvFunction",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "LeakyReLU",
+    "MaxPool2d",
+    "MaxPool3d",
+    "PoolFunction",
+    "ReLU",
+    "ReLU6",
+    "Sigmoid",
+    "Tanh",
+    "activation_function",
+    "conv_function",
+    "pool_function",
+]

@@ -10,6 +10,18 @@ shape, so only a call with new shapes finds and compiles.
     y = F.conv2d(x, w, padding=1)  # (2, 4, 8, 8), a NumPy array
 """
 
+from miopy.functional.activ import (
+    activation,
+    activation_grad,
+    elu,
+    hardtanh,
+    leaky_relu,
+    relu,
+    relu6,
+    sigmoid,
+    softplus,
+    tanh,
+)
 from miopy.functional.conv import (
     conv2d,
     conv3d,
@@ -19,8 +31,20 @@ from miopy.functional.conv import (
     conv_weight_grad,
 )
 from miopy.functional.core import clear_plans, default_handle
+from miopy.functional.pooling import (
+    avg_pool2d,
+    avg_pool3d,
+    max_pool2d,
+    max_pool3d,
+    pool_forward,
+    pool_grad,
+)
 
 __all__ = [
+    "activation",
+    "activation_grad",
+    "avg_pool2d",
+    "avg_pool3d",
     "clear_plans",
     "conv2d",
     "conv3d",
@@ -29,4 +53,16 @@ __all__ = [
     "conv_transpose3d",
     "conv_weight_grad",
     "default_handle",
+    "elu",
+    "hardtanh",
+    "leaky_relu",
+    "max_pool2d",
+    "max_pool3d",
+    "pool_forward",
+    "pool_grad",
+    "relu",
+    "relu6",
+    "sigmoid",
+    "softplus",
+    "tanh",
 ]

@@ -206,4 +206,46 @@ def finish(like: Operand, out: Any) -> Any:
     return jax.dlpack.from_dlpack(out)
 
 
-__all__ = ["HOST", "Operand", "desc_for", "empty", "finish", "kind_of", "operand"]
+def in_layout(op: Operand, layout: str, field: str) -> Operand:
+    """``op`` itself when packed in ``layout``, else a copy that is."""
+    if op.desc.packed and op.layout == layout:
+        return op
+    out = empty(op, op.desc.lens, layout)
+    if op.kind == "torch":
+        out.copy_(op.array)
+    else:
+        out[...] = op.array
+    return operand(out, field)
+
+
+def empty_bytes(like: Operand, nbytes: int) -> Any:
+    """A flat uint8 array of ``like``'s kind and device (a workspace such as a pooling index)."""
+    src = like.array
+    if like.kind == "torch":
+        torch = _module("torch")
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=src.device)
+    if like.device != HOST:
+        cp = _module("cupy") or __import__("cupy")
+        with cp.cuda.Device(like.device[1]):
+            return cp.empty(max(nbytes, 1), dtype=cp.uint8)
+    return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+
+def raw_operand(like: Operand, raw: Any) -> Operand:
+    """An Operand for a flat uint8 array made by ``empty_bytes`` (checked by size only)."""
+    arg = raw.numpy() if like.kind == "torch" and raw.device.type == "cpu" else raw
+    return Operand(like.kind, like.device, like.desc, arg, raw)
+
+
+__all__ = [
+    "HOST",
+    "Operand",
+    "desc_for",
+    "empty",
+    "empty_bytes",
+    "finish",
+    "in_layout",
+    "kind_of",
+    "operand",
+    "raw_operand",
+]

@@ -12,18 +12,20 @@ import miopy.torch as mt
 
 
 def make_net(layers: str, seed: int = 0, channels: int = 16) -> nn.Module:
-    """conv-relu x3 (the last two with stride 2), global average, linear: ``layers`` is "miopy"
-    or "torch"; one seed gives both the same weights."""
-    conv = {"miopy": mt.Conv2d, "torch": nn.Conv2d}[layers]
+    """conv-relu-maxpool x2, conv-relu, global average, linear; ``layers`` is "miopy" (every
+    conv, relu and max pool computed by miopy) or "torch"; one seed gives both the same weights."""
+    lib = {"miopy": mt, "torch": nn}[layers]
     torch.manual_seed(seed)
     c = channels
     return nn.Sequential(
-        conv(3, c, 3, padding=1),
-        nn.ReLU(),
-        conv(c, 2 * c, 3, stride=2, padding=1),
-        nn.ReLU(),
-        conv(2 * c, 2 * c, 3, stride=2, padding=1),
-        nn.ReLU(),
+        lib.Conv2d(3, c, 3, padding=1),
+        lib.ReLU(),
+        lib.MaxPool2d(2),
+        lib.Conv2d(c, 2 * c, 3, padding=1),
+        lib.ReLU(),
+        lib.MaxPool2d(2),
+        lib.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1),
+        lib.ReLU(),
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
         nn.Linear(2 * c, 10),

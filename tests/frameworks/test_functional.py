@@ -124,3 +124,48 @@ def test_errors_name_the_argument():
         F.conv2d(x, w, stride=(1, 1, 1))
     with pytest.raises(BadParm, match="w.lens"):
         F.conv2d(x, _rand(2, 4, 3, 3))
+
+
+def test_activations_and_pooling_on_numpy():
+    x = 2 * _rand(2, 3, 7, 7)
+    t = torch.from_numpy(x)
+    pairs = [
+        (F.relu(x), TF.relu(t)),
+        (F.leaky_relu(x, 0.2), TF.leaky_relu(t, 0.2)),
+        (F.elu(x, 0.7), TF.elu(t, 0.7)),
+        (F.sigmoid(x), torch.sigmoid(t)),
+        (F.tanh(x), torch.tanh(t)),
+        (F.softplus(x), TF.softplus(t)),
+        (F.relu6(x), TF.relu6(t)),
+        (F.hardtanh(x, 0.0, 2.5), TF.hardtanh(t, 0.0, 2.5)),
+        (F.max_pool2d(x, 3, 2, 1), TF.max_pool2d(t, 3, 2, 1)),
+        (F.avg_pool2d(x, 2), TF.avg_pool2d(t, 2)),
+        (
+            F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+            TF.avg_pool2d(t, 3, 2, 1, count_include_pad=False),
+        ),
+        (F.max_pool3d(x[None], 2), TF.max_pool3d(t[None], 2)),
+    ]
+    for got, want in pairs:
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+    x_ = torch.from_numpy(x).requires_grad_()
+    y = TF.elu(x_, 0.7)
+    dy = torch.randn_like(y)
+    (gx,) = torch.autograd.grad(y, x_, dy)
+    got = F.activation_grad(dy.numpy(), x, F.elu(x, 0.7), "ELU", alpha=0.7)
+    np.testing.assert_allclose(got, gx.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_unsupported_pooling_options_are_refused():
+    x = _rand(1, 1, 6, 6)
+    for kwargs, field in (
+        (dict(ceil_mode=True), "ceil_mode"),
+        (dict(dilation=2), "dilation"),
+        (dict(return_indices=True), "return_indices"),
+        (dict(padding=2), "padding"),
+    ):
+        with pytest.raises(BadParm, match=field):
+            F.max_pool2d(x, 3, **kwargs)
+    with pytest.raises(BadParm, match="inplace"):
+        F.relu(x, inplace=True)

@@ -33,6 +33,40 @@ MODULES = [
     (mt.Conv3d, torch.nn.Conv3d, (1, 2, 5, 6, 6), _kw(2, 3, 3, padding=1)),
     (mt.ConvTranspose3d, torch.nn.ConvTranspose3d, (1, 2, 3, 4, 4), _kw(2, 2, 2, stride=2)),
 ]
+LAYERS = [
+    (mt.ReLU(), torch.nn.ReLU(), (2, 3, 5, 5)),
+    (mt.LeakyReLU(0.1), torch.nn.LeakyReLU(0.1), (2, 3, 5, 5)),
+    (mt.ELU(0.5), torch.nn.ELU(0.5), (2, 3, 5, 5)),
+    (mt.Sigmoid(), torch.nn.Sigmoid(), (2, 3, 5, 5)),
+    (mt.Tanh(), torch.nn.Tanh(), (1, 2, 3, 4, 4)),
+    (mt.ReLU6(), torch.nn.ReLU6(), (2, 3, 5, 5)),
+    (mt.MaxPool2d(3, 2, 1), torch.nn.MaxPool2d(3, 2, 1), (2, 3, 9, 9)),
+    (mt.AvgPool2d(3, 2, 1), torch.nn.AvgPool2d(3, 2, 1), (2, 3, 9, 9)),
+    (
+        mt.AvgPool2d(3, 2, 1, count_include_pad=False),
+        torch.nn.AvgPool2d(3, 2, 1, count_include_pad=False),
+        (2, 3, 9, 9),
+    ),
+    (mt.MaxPool3d(2), torch.nn.MaxPool3d(2), (1, 2, 4, 6, 6)),
+    (mt.AvgPool3d((1, 2, 2)), torch.nn.AvgPool3d((1, 2, 2)), (1, 2, 4, 6, 6)),
+]
+
+
+@pytest.mark.parametrize("ours,theirs,shape", LAYERS, ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_activation_and_pooling_modules_match_torch_nn(ours, theirs, shape, channels_last):
+    torch.manual_seed(5)
+    x = 3 * torch.randn(*shape)  # continuous values: no ties inside a max-pooling window
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    x.requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    ya, yb = ours(x), theirs(x2)
+    torch.testing.assert_close(ya, yb, rtol=1e-5, atol=1e-6)
+    dy = torch.randn_like(yb)  # NCHW even when y is channels-last
+    ya.backward(dy)
+    yb.backward(dy)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("ours,theirs,shape,kw", MODULES, ids=lambda v: getattr(v, "__name__", None))
