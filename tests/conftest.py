@@ -37,6 +37,6 @@ def isolated(tmp_path, monkeypatch):
         ("MIOPY_USER_DB_PATH", "db"),
         ("MIOPY_SYSTEM_DB_PATH", "system"),
     ):
-        (tmp_path / sub).mkdir()
+        (tmp_path / sub).mkdir(mode=0o700)
         monkeypatch.setenv(name, str(tmp_path / sub))
     return tmp_path

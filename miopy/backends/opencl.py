@@ -25,6 +25,27 @@ except ImportError:  # the opencl extra is not installed
     cl = None
 
 
+# PoCL's LLVM writes temporary files while it builds; when one passes the process's file-size
+# limit (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write fails with EFBIG) LLVM's fatal-error
+# handler exits the whole process. A 3x3 direct convolution already needs more than 1 MB.
+MIN_BUILD_FILE_LIMIT = 16 << 20
+
+
+def _check_file_size_limit(filename: str) -> None:
+    """CompileError, before the compiler starts, when the file-size limit is below what it needs."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and soft < MIN_BUILD_FILE_LIMIT:
+        raise CompileError(
+            f"{filename}: the file-size limit (RLIMIT_FSIZE, ulimit -f) is {soft} bytes; the OpenCL "
+            f"compiler writes larger files and would end the process mid-build; raise it to at least "
+            f"{MIN_BUILD_FILE_LIMIT >> 20} MiB"
+        )
+
+
 def _devices() -> list:
     devices = []
     for platform in cl.get_platforms():
@@ -135,11 +156,15 @@ class Backend(BackendBase):
                 f"{filename}: NVIDIA's OpenCL miscompiles once NVRTC has compiled in the same "
                 "process; use MIOPY_BACKEND=cuda here, or OpenCL in a process of its own"
             )
+        _check_file_size_limit(filename)
         try:
             program = cl.Program(self.ctx, expand_includes(source)).build(options=options, cache_dir=False)
         except cl.RuntimeError as exc:
             raise CompileError(f"{filename}: OpenCL build failed with {' '.join(options)}:\n{exc}") from None
-        return bytes(program.get_info(cl.program_info.BINARIES)[0])
+        binary = bytes(program.get_info(cl.program_info.BINARIES)[0])
+        if not binary:  # never cache (or load) an empty program
+            raise CompileError(f"{filename}: the OpenCL compiler returned an empty binary")
+        return binary
 
     def load(self, binary: bytes, kernel_name: str) -> Any:
         program = cl.Program(self.ctx, [self.device], [binary]).build()

@@ -3,6 +3,7 @@ one. MIOPY_DEBUG_DISABLE_FIND_DB=1 turns it off."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,20 @@ class FindRecord:
     config: dict[str, Any] | None = None
 
 
+def _nonsense(solver: Any, time_ms: Any, workspace: Any, algorithm: Any) -> str | None:
+    """What makes a stored record unusable for ranking, or None. SQLite keeps any value in any
+    column, so types are checked too."""
+    if not isinstance(solver, str) or not solver or not isinstance(algorithm, str):
+        return f"solver {solver!r}, algorithm {algorithm!r}"
+    if isinstance(time_ms, bool) or not isinstance(time_ms, int | float) or not math.isfinite(time_ms):
+        return f"time {time_ms!r} ms"
+    if time_ms < 0:
+        return f"negative time {time_ms!r} ms"
+    if isinstance(workspace, bool) or not isinstance(workspace, int) or workspace < 0:
+        return f"workspace {workspace!r}"
+    return None
+
+
 class FindDb:
     def __init__(self, db_basename: str, backend_name: str):
         self._user, self._system = udb_files(
@@ -79,6 +94,10 @@ class FindDb:
                 solver_config = load_json(params, f"{db.path}: find {problem_key} {solver}")
                 if solver_config is None:
                     return None  # a list with a hole would rank the wrong solver first
+            problem = _nonsense(solver, time_ms, workspace, algorithm)
+            if problem is not None:
+                log.warn_once(_log, f"{db.path}: find {problem_key}: ignoring a record with {problem}")
+                continue
             records.append(FindRecord(solver, float(time_ms), int(workspace), algorithm, solver_config))
         return records or None
 

@@ -1,7 +1,9 @@
 """One SQLite file shared by many processes; every DB in miopy goes through ``SqliteFile``.
 
-Trouble never reaches the caller: a corrupt user file is moved aside and recreated, an unusable one
-turns the object into a no-op (reads miss, writes are dropped), each with one warning."""
+Trouble never reaches the caller, and each kind is said once: a corrupt user file is moved aside
+and the rows that can still be read are copied into a fresh one; a file that cannot be written (a
+read-only folder, a full disk) is still read; a file or folder that fails the trust checks of
+``trust`` is not used; an unusable one turns the object into a no-op (reads miss, writes drop)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from miopy import log
+from miopy.db import salvage, trust
 
 _log = log.get("miopy.db")
 
@@ -26,6 +29,8 @@ BUSY_TIMEOUT_S = 60.0
 MIN_SYSTEM_FILE_BYTES = 512
 
 _BUSY, _CORRUPT = {5, 6}, {11, 26}  # SQLITE_BUSY/LOCKED, SQLITE_CORRUPT/NOTADB
+# SQLITE_PERM, READONLY, IOERR, CANTOPEN, FULL: a write that the file system refused.
+_UNWRITABLE = {3, 8, 10, 14, 13}
 _warned: set[tuple[str, str]] = set()
 # Connections inherited through fork() must not be closed (or collected) in the child: closing one
 # can checkpoint or unlock the parent's file. They are parked here instead.
@@ -75,7 +80,9 @@ def _error_kind(exc: sqlite3.Error) -> str:
         return "busy"
     if primary in _CORRUPT or "malformed" in text or "not a database" in text:
         return "corrupt"
-    return "io"
+    if primary in _UNWRITABLE or "readonly" in text or "disk is full" in text or "disk i/o" in text:
+        return "unwritable"
+    return "other"
 
 
 @contextlib.contextmanager
@@ -112,6 +119,10 @@ def _schema_columns(schema_sql: str) -> dict[str, list[str]]:
         conn.close()
 
 
+def _uri(path: Path) -> str:
+    return Path(os.path.abspath(path)).as_uri()
+
+
 class SqliteFile:
     """``component`` names this user of the file in its ``meta`` table, so that several DBs with
     their own schemas and versions can share one file. ``readonly`` files (system DBs) are opened
@@ -139,6 +150,7 @@ class SqliteFile:
         self._pid = 0
         self._ident: tuple[int, int] | None = None
         self._disabled = False
+        self._writes_off = False  # opened for reading only, or a write was refused: reads go on
 
     # ---- public ------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -150,7 +162,7 @@ class SqliteFile:
         """Run ``statements`` as one transaction; False when the write was dropped."""
         if self.readonly:
             return False
-        return self._run(lambda conn: self._transaction(conn, statements)) is not None
+        return self._run(lambda conn: self._transaction(conn, statements), writing=True) is not None
 
     @property
     def usable(self) -> bool:
@@ -165,18 +177,22 @@ class SqliteFile:
             self._conn = None
 
     # ---- running statements ----------------------------------------------------------------------
-    def _run(self, action: Callable[[sqlite3.Connection], _T]) -> _T | None:
+    def _run(self, action: Callable[[sqlite3.Connection], _T], writing: bool = False) -> _T | None:
         with self._lock:
             for attempt in range(2):
                 conn = self._connection()
-                if conn is None:
+                if conn is None or (writing and self._writes_off):
                     return None
                 try:
                     return self._retry_busy(lambda c=conn: action(c))
                 except sqlite3.DatabaseError as exc:
-                    if _error_kind(exc) == "corrupt" and not self.readonly and attempt == 0:
+                    kind = _error_kind(exc)
+                    if kind == "corrupt" and not self.readonly and not self._writes_off and attempt == 0:
                         self._move_aside(str(exc))
                         continue
+                    if writing and kind == "unwritable":
+                        self._stop_writing(exc)  # a full disk: what is there is still good to read
+                        return None
                     self._give_up(exc)
                     return None
         return None
@@ -202,6 +218,10 @@ class SqliteFile:
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.5)
 
+    def _stop_writing(self, exc: BaseException) -> None:
+        self._writes_off = True
+        warn_path(self.path, "unwritable", f"cannot write {self.path} ({exc}); only reading it")
+
     def _give_up(self, exc: BaseException) -> None:
         if self.readonly:
             warn_path(self.path, "unusable", f"cannot read {self.path} ({exc}); ignoring it")
@@ -221,13 +241,21 @@ class SqliteFile:
                     self._conn = self._open_readonly() if self.readonly else self._open()
                     self._pid = os.getpid()
                     break
+                except trust.Untrusted as exc:
+                    warn_path(exc.path, "untrusted", f"refusing {exc}; running without the state kept there")
+                    self._disabled = True
+                    break
                 except _Corrupt as exc:
                     if self.readonly or attempt == 1:
                         self._give_up(exc)
                         break
                     self._move_aside(str(exc))
                 except (OSError, sqlite3.DatabaseError) as exc:
-                    self._give_up(exc)
+                    self._conn = None if self.readonly else self._open_for_reading(exc)
+                    if self._conn is None:
+                        self._give_up(exc)
+                    else:
+                        self._pid = os.getpid()
                     break
         return self._conn
 
@@ -240,9 +268,11 @@ class SqliteFile:
         if not system_file_present(self.path):
             self._disabled = True
             return None
+        trust.system_dir(self.path.parent)
+        trust.check_file(self.path, system=True)
         # immutable: installed files do not change under us, and a plain read-only open of a
         # WAL-mode file would leave -wal/-shm files in the system directory (or fail there).
-        conn = self._connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        conn = self._connect(f"{_uri(self.path)}?mode=ro&immutable=1", uri=True)
         try:
             found = self._version(conn)
         except BaseException:
@@ -261,10 +291,12 @@ class SqliteFile:
         return conn
 
     def _open(self) -> sqlite3.Connection | None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        trust.private_dir(self.path.parent)
         # The header is left to SQLite (SQLITE_NOTADB): opening and closing the file ourselves would
         # drop the POSIX locks that this process's other connections to it hold.
-        existed = self._stat()
+        existed = trust.check_user_file(self.path) and self._stat()
+        if not existed:
+            trust.create_private_file(self.path)  # SQLite gives its -wal and -shm the same mode
         conn = self._connect(str(self.path), uri=False)
         try:
             if not existed:
@@ -288,6 +320,28 @@ class SqliteFile:
             conn.close()
             raise
         conn.close()
+        return None
+
+    def _open_for_reading(self, why: BaseException) -> sqlite3.Connection | None:
+        """After a failed read-write open (a read-only folder, a full disk): the existing file, read
+        only, or None. Tried with SQLite's -shm first, then immutable where it cannot create one."""
+        try:
+            if not trust.check_user_file(self.path) or os.path.getsize(self.path) == 0:
+                return None
+        except (OSError, trust.Untrusted):
+            return None
+        for mode in ("mode=ro", "mode=ro&immutable=1"):
+            conn = None
+            try:
+                conn = self._connect(f"{_uri(self.path)}?{mode}", uri=True)
+                if self._retry_busy(lambda c=conn: self._schema_is_current(c)):
+                    self._writes_off = True
+                    warn_path(self.path, "unwritable", f"cannot write {self.path} ({why}); only reading it")
+                    return conn
+            except sqlite3.DatabaseError:
+                pass
+            if conn is not None:
+                conn.close()
         return None
 
     def _stat(self) -> bool:
@@ -408,7 +462,30 @@ class SqliteFile:
                 for suffix in ("-wal", "-shm"):
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
-        except OSError as exc:
+                saved = self._salvage(aside)
+        except (OSError, trust.Untrusted) as exc:
             self._give_up(exc)
             return
-        _log.warning("%s is corrupt (%s); moved it to %s and starting afresh", self.path, reason, aside.name)
+        _log.warning("%s is corrupt (%s); moved it to %s; %s", self.path, reason, aside.name, saved)
+
+    def _salvage(self, aside: Path) -> str:
+        """Copy what can be read from ``aside`` into a fresh file at ``path``; says what was kept."""
+        try:
+            conn = self._open()
+        except (sqlite3.DatabaseError, _Corrupt) as exc:
+            return f"starting afresh (no new file: {exc})"
+        if conn is None:
+            return "starting afresh"
+        src = None
+        try:
+            src = salvage.open_damaged(aside)
+            with _immediate(conn):
+                result = salvage.copy_rows(src, conn, skip=set())
+        except sqlite3.DatabaseError as exc:
+            return f"starting afresh (nothing could be copied: {exc})"
+        finally:
+            if src is not None:
+                src.close()
+            conn.close()
+        lost = "an unknown number" if result.lost is None else str(result.lost)
+        return f"kept {result.kept} readable rows in a fresh file, lost {lost}"

@@ -64,7 +64,9 @@ def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
     view = problem.solver_view()
     out = []
     for rec in records:
-        solver = by_name(rec.solver, problem.primitive)
+        solver = by_name(rec.solver, problem.primitive) or log.warn_once(
+            _log, f"find DB: unknown solver {rec.solver!r} ignored"
+        )
         if solver is None or not allowed(solver):
             continue
         if solver.is_applicable(handle, view) is not None:

@@ -246,3 +246,18 @@ def test_damaged_schema_is_repaired_once(db_env, warned, damage):
     else:
         assert FindDb(BASE, BACKEND).load(KEY) == RANKED
     assert len(warned()) == 1 and "damaged" in warned()[0], warned()
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [("time_ms", -1.0), ("time_ms", float("inf")), ("time_ms", "fast"), ("workspace", -4), ("solver", "")],
+)
+def test_nonsense_find_record_is_ignored_once(db_env, warned, column, value):
+    db = FindDb(BASE, BACKEND)
+    db.store(KEY, RANKED)
+    with sqlite3.connect(udb(db_env)) as conn:
+        conn.execute(f"UPDATE find_db SET {column} = ? WHERE rank = 0", (value,))
+    conn.close()
+    for _ in range(2):
+        assert FindDb(BASE, BACKEND).load(KEY) == RANKED[1:]
+    assert len(warned()) == 1 and "ignoring a record" in warned()[0], warned()
