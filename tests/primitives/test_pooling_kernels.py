@@ -127,12 +127,48 @@ def test_backward_uses_the_kernels_own_index(ocl):
     assert np.count_nonzero(want) > 0
 
 
-def test_compiled_in_window(ocl):
-    class CudaLike:
-        backend_name = "cuda"
+class CudaLike:
+    """A context that makes solvers compile the whole shape in, as they do on CUDA."""
 
-    desc = PoolingDesc("avg", (3, 3), (2, 2), (1, 1))
-    problem = PoolingProblem.create(desc, TensorDesc("fp16", (2, 16, 9, 9), layout="NHWC"))
-    solution = make_solution(CudaLike(), problem, FWD["vec"])
-    assert ("POOL_KW", 3) in solution.kernels[0].defines
+    backend_name = "cuda"
+
+
+@pytest.mark.parametrize(
+    "direction, solver, dtype, lens, layout, desc",
+    [
+        ("F", "vec", "fp16", (2, 16, 9, 9), "NHWC", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        ("B", "vec", "fp16", (2, 16, 9, 9), "NHWC", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        ("F", "direct", "fp32", (2, 3, 9, 8), "NCHW", PoolingDesc("avg", (3, 2), (2, 2), (1, 1))),
+        (
+            "B",
+            "direct",
+            "fp32",
+            (1, 2, 4, 5, 6),
+            "NCDHW",
+            PoolingDesc("avg_in", (2, 3, 3), (2, 1, 2), (1, 1, 0)),
+        ),
+        (
+            "B",
+            "direct",
+            "bf16",
+            (1, 2, 4, 5, 6),
+            "NCDHW",
+            PoolingDesc("max", (2, 3, 3), (1, 2, 2), (0, 1, 1), index_type="u32", index_mode="image"),
+        ),
+        (
+            "F",
+            "direct",
+            "fp32",
+            (2, 5, 7, 8),
+            "NHWC",
+            PoolingDesc("max", (2, 3), (1, 2), (1, 1), index_type="u16", index_mode="image"),
+        ),
+    ],
+)
+def test_compiled_in_shape(ocl, direction, solver, dtype, lens, layout, desc):
+    """The kernels GPUs get (every size, window, stride and pad compiled in) agree too."""
+    problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction)
+    solution = make_solution(CudaLike(), problem, _solvers(direction)[solver])
+    defines = dict(solution.kernels[0].defines)
+    assert defines["POOL_FIXED"] == 1 and defines["POOL_KW"] == desc.window[-1] and defines["POOL_IDX32"] == 1
     check_pool(ocl, solution, np.random.default_rng(1))

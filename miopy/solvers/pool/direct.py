@@ -14,9 +14,10 @@ from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexMode, PoolingProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import grid_1d, specialize
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
 
 VEC_BYTES = 16
+MAX_WORK_ITEMS = MAX_GROUPS * LOCAL  # the grid-stride step: i + step must not wrap
 
 
 def _channels_last(desc) -> bool:
@@ -53,17 +54,30 @@ def shape_args(p: PoolingProblem) -> list:
     return [np.int32(v) for v in ints] + [np.int64(v) for v in longs]
 
 
-def defines(p: PoolingProblem, vec: bool, channels_last: bool, window_in: bool) -> dict:
+def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work_items: int) -> dict:
+    """Compile-time choices; ``fixed`` compiles the whole shape in (see kernels/common/pool.h)."""
     d = p.desc
     out = {
         "MIOPY_DTYPE": p.dtype.code,
         "POOL_MODE": d.mode.code,
         "POOL_NHWC": int(channels_last),
         "POOL_VEC": int(vec),
+        "POOL_IDX32": int(work_items + MAX_WORK_ITEMS < 2**31),
     }
-    if window_in:
-        window = (1, *d.window) if p.spatial_dims == 2 else d.window
-        out.update(POOL_KD=window[0], POOL_KH=window[1], POOL_KW=window[2])
+    if fixed:
+        n, c, di, hi, wi = p.x.lens5()
+        _, _, do, ho, wo = p.y.lens5()
+        two = p.spatial_dims == 2
+        window = (1, *d.window) if two else d.window
+        strides = (1, *d.strides) if two else d.strides
+        pads = (0, *p.pads) if two else p.pads
+        out["POOL_FIXED"] = 1
+        for name, value in zip(
+            ("N", "C", "DI", "HI", "WI", "DO", "HO", "WO"), (n, c, di, hi, wi, do, ho, wo)
+        ):
+            out[f"POOL_{name}"] = value
+        for axis, k, s, q in zip("DHW", window, strides, pads):
+            out.update({f"POOL_K{axis}": k, f"POOL_S{axis}": s, f"POOL_P{axis}": q})
     if p.uses_index:
         out["POOL_SAVE_INDEX"] = 1
         out["POOL_INDEX_TYPE"] = d.index_type.code
@@ -91,11 +105,12 @@ class _Pool(Solver):
         space = problem.y if forward else problem.x  # the positions work items own
         channels_last = self.vec or _channels_last(space)
         per_item = _vec_width(problem) if self.vec else 1
-        global_size, local_size = grid_1d(space.element_count // per_item)
+        work = space.element_count // per_item
+        global_size, local_size = grid_1d(work)
         spec = KernelSpec(
             "pool",
             "pool_fwd" if forward else "pool_bwd",
-            defines(problem, self.vec, channels_last, specialize(ctx)),
+            defines(problem, self.vec, channels_last, specialize(ctx), work),
             global_size,
             local_size,
         )
