@@ -97,6 +97,12 @@ drv convbfp16 -n 8 -c 32 -H 14 -W 14 -k 64 -y 1 -x 1 -t 1 -i 3 -I NHWC -O NHWC -
 drv conv -n 4 -c 32 -H 28 -W 28 -k 32 -y 3 -x 3 -p 1 -q 1 -g 32 -t 1 -i 3
 drv conv --spatial_dim 3 -n 2 -c 16 --in_d 8 -H 16 -W 16 -k 16 --fil_d 3 -y 3 -x 3 --pad_d 1 -p 1 -q 1 -t 1 -i 3
 drv conv -m trans -n 4 -c 32 -H 14 -W 14 -k 16 -y 4 -x 4 -p 1 -q 1 -u 2 -v 2 -t 1 -i 3
+# Activation and pooling (ResNet-50's stem shapes, batch 32); benchmarks/activ_pool.py times them all.
+drv activfp16 -n 32 -c 64 -H 112 -W 112 -L NHWC -t 1 -i 5
+drv activ -n 32 -c 64 -H 56 -W 56 -m 9 -A 0.5 -t 1 -i 5
+drv poolfp16 -W 32x64x112x112,NHWC -v 2 -u 2 -p 1 -q 1 -t 1 -i 5
+drv pool -W 32x64x112x112 -v 2 -u 2 -p 1 -q 1 -t 1 -i 5
+drv poolfp16 -W 32x2048x7x7,NHWC -y 7 -x 7 -m avg -t 1 -i 5
 # Solution choice: immediate mode, a named solver, then tuning (-s 1) followed by find.
 drv conv -n 16 -c 64 -H 28 -W 28 -k 64 -y 3 -x 3 -p 1 -q 1 -t 1 -i 3 -S 0
 drv conv -n 16 -c 64 -H 28 -W 28 -k 64 -y 3 -x 3 -p 1 -q 1 -t 1 -i 3 -S GemmFwdRest -F 1
