@@ -29,7 +29,11 @@ _DTYPES = {
 
 
 def memory_shape(desc: TensorDesc) -> tuple[int, ...] | None:
-    """The lens in memory order (outermost first) of a packed tensor; None when strided."""
+    """The lens in memory order (outermost first) of a packed tensor; None when strided. A
+    descriptor that is not an image (miopy.problem.nd.NdDesc) says it itself."""
+    own = getattr(desc, "memory_shape", None)
+    if own is not None:
+        return own()
     if not desc.packed:
         return None
     logical = "NCDHW" if len(desc.lens) == 5 else "NCHW"

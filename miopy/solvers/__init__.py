@@ -20,6 +20,7 @@ from miopy.solvers.conv.gemm import (
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.solvers.norm.solvers import BNORM_SOLVERS
 
 if TYPE_CHECKING:
     from miopy.problem.base import Problem
@@ -40,6 +41,7 @@ SOLVERS: dict[str, list[Solver]] = {
     ],
     "activ": [ActivFwdPacked(), ActivFwdStrided(), ActivBwdPacked(), ActivBwdStrided()],
     "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdVec(), PoolingBwdDirect()],
+    "bnorm": BNORM_SOLVERS,
 }
 CONV_SOLVERS = SOLVERS["conv"]
 

@@ -1,0 +1,613 @@
+/* Normalisation kernels shared by batch norm, layer norm and group norm (OpenCL and CUDA).
+
+   Every norm is "statistics per key over a reduction set, then an affine map per element":
+     batch norm spatial: key = channel, reduction = N and the spatial dims;
+     batch norm per-activation: key = (C, D, H, W), reduction = N;
+     layer norm: key = the leading dims, reduction = the normalised dims;
+     group norm: key = (N, group), reduction = the group's channels and the spatial dims.
+
+   Statistics are shifted sums: s1 = sum(x - K), s2 = sum((x - K)^2) with K one element of the
+   key's own data (its first), so a large mean does not cancel (var = s2/n - (s1/n)^2 is the
+   variance of data centred near zero). Partial sums per (key, chunk) go to the workspace; a
+   finalise kernel combines the chunks in a fixed order (deterministic), writes the statistics the
+   caller asked for and per-key coefficients; an apply kernel then maps every element:
+     forward:  y  = (x * c0[k] + c1[k]) * w[p] + b[p]        (w, b only when per element: LN, GN)
+     backward: dx = dy * w[p] * c0[k] + x * c1[k] + c2[k]
+   Two passes over the data in all (the reduction reads x, and dy backward; the apply reads them
+   again and writes). Backward of layer and group norm adds a reduction per weight element
+   (dw, db).
+
+   Generic kernels see the tensors through an 8-dim view: dims 0-3 index the key, dims 4-7 the
+   reduction (unused dims have length 1); every tensor has its own 8 strides (0 where it does not
+   vary), so any layout or strides work. Packed kernels (norm_*_rows, norm_*_cols, norm_*_packed)
+   take dense tensors: rows when the reduction is contiguous in memory (NCHW batch norm, layer
+   norm, NCHW group norm), columns when the key is (NHWC or per-activation batch norm), with
+   16-byte vector access where NORM_VW == VEC.
+
+   NORM_PTYPE: the type of scale / bias / statistics (0 fp32, 1 fp16, 2 bf16); the data (x, y,
+   dy, dx) have MIOPY_DTYPE. Accumulation is fp32. */
+#ifndef MIOPY_NORM_H
+#define MIOPY_NORM_H
+#include "common/vec.h"
+
+#ifndef NORM_PTYPE
+#define NORM_PTYPE 0
+#endif
+#ifndef NORM_VW
+#define NORM_VW 1
+#endif
+#define NORM_LOCAL 256
+#define NORM_CX 32 /* columns kernel: work items across columns */
+#define NORM_CY 8  /* and across rows */
+
+DEVICE_FN float norm_bf16_to_f(u16 v)
+{
+#ifdef __OPENCL_VERSION__
+    return as_float(((u32)v) << 16);
+#else
+    return __uint_as_float(((u32)v) << 16);
+#endif
+}
+DEVICE_FN u16 norm_f_to_bf16(float f)
+{
+#ifdef __OPENCL_VERSION__
+    u32 u = as_uint(f);
+#else
+    u32 u = __float_as_uint(f);
+#endif
+    if((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (u16)0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+#if NORM_PTYPE == 0
+typedef float param_t;
+#define PLOAD(p, i) ((p)[i])
+#define PSTORE(p, i, v) ((p)[i] = (v))
+#elif NORM_PTYPE == 1
+#ifdef __OPENCL_VERSION__
+typedef half param_t;
+#define PLOAD(p, i) vload_half((i), (p))
+#define PSTORE(p, i, v) vstore_half_rte((v), (i), (p))
+#else
+typedef __half param_t;
+#define PLOAD(p, i) __half2float((p)[i])
+#define PSTORE(p, i, v) ((p)[i] = __float2half_rn(v))
+#endif
+#else
+typedef u16 param_t;
+#define PLOAD(p, i) norm_bf16_to_f((p)[i])
+#define PSTORE(p, i, v) ((p)[i] = norm_f_to_bf16(v))
+#endif
+
+#ifdef __OPENCL_VERSION__
+#define NORM_RSQRT(v) rsqrt(v)
+#define NORM_SQRT(v) sqrt(v)
+#else
+#define NORM_RSQRT(v) rsqrtf(v)
+#define NORM_SQRT(v) sqrtf(v)
+#endif
+/* NORM_ONLY=name compiles that kernel alone (a CPU compiler's time grows with the file) */
+#define NORM_ID_norm_reduce_generic 1
+#define NORM_ID_norm_reduce_rows 2
+#define NORM_ID_norm_reduce_cols 3
+#define NORM_ID_norm_finalize 4
+#define NORM_ID_norm_fwd_generic 5
+#define NORM_ID_norm_bwd_generic 6
+#define NORM_ID_norm_pgrad_generic 7
+#define NORM_ID_norm_fwd_packed 8
+#define NORM_ID_norm_bwd_packed 9
+#ifdef NORM_ONLY
+#define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
+#else
+#define NORM_WANT(name) 1
+#endif
+#if NORM_VW > 1
+#define NORM_LOADV(p, off, v, va)                                                                  \
+    do                                                                                             \
+    {                                                                                              \
+        if(va)                                                                                     \
+            load_vec((p), (off), (v));                                                             \
+        else                                                                                       \
+            for(int e_ = 0; e_ < NORM_VW; ++e_)                                                    \
+                (v)[e_] = LOAD((p), (off) + e_);                                                   \
+    } while(0)
+#else
+#define NORM_LOADV(p, off, v, va) ((v)[0] = LOAD((p), (off)))
+#endif
+#define NUM_GROUPS0 (GLOBAL_SIZE0 / NORM_LOCAL)
+
+/* finalise: what the call computes */
+#define OP_BN_TRAIN 0
+#define OP_BN_INFER 1
+#define OP_BN_BWD 2
+#define OP_LN_FWD 3
+#define OP_LN_BWD 4
+/* flags */
+#define F_DY 1       /* reduce: also sum dy and dy * (x - K) */
+#define F_WEIGHTED 2 /* reduce: dy is multiplied by w[p] first (layer / group norm) */
+#define F_SAVE 4     /* training: write saved mean and inverse std */
+#define F_RUNNING 8  /* training: update the running mean and variance */
+#define F_SAVED 16   /* batch norm backward: mean and inverse std come from the caller */
+
+/* ---- the 8-dim view ------------------------------------------------------------------------ */
+#define LENS8 i64 l0, i64 l1, i64 l2, i64 l3, i64 l4, i64 l5, i64 l6, i64 l7
+#define STR8(s) i64 s##0, i64 s##1, i64 s##2, i64 s##3, i64 s##4, i64 s##5, i64 s##6, i64 s##7
+#define KEY_IDX(k)                                                                                 \
+    i64 k3_, k2_, k1_, k0_;                                                                        \
+    {                                                                                              \
+        i64 t_ = (k);                                                                              \
+        k3_ = t_ % l3; t_ /= l3;                                                                   \
+        k2_ = t_ % l2; t_ /= l2;                                                                   \
+        k1_ = t_ % l1; k0_ = t_ / l1;                                                              \
+    }
+#define RED_IDX(r)                                                                                 \
+    i64 r7_, r6_, r5_, r4_;                                                                        \
+    {                                                                                              \
+        i64 t_ = (r);                                                                              \
+        r7_ = t_ % l7; t_ /= l7;                                                                   \
+        r6_ = t_ % l6; t_ /= l6;                                                                   \
+        r5_ = t_ % l5; r4_ = t_ / l5;                                                              \
+    }
+#define KOFF(s) (k0_ * s##0 + k1_ * s##1 + k2_ * s##2 + k3_ * s##3)
+#define ROFF(s) (r4_ * s##4 + r5_ * s##5 + r6_ * s##6 + r7_ * s##7)
+
+/* tree sum of NORM_LOCAL values per lane of sh[4][NORM_LOCAL]; the total lands in sh[s][0] */
+#define NORM_TREE4(sh, lid)                                                                        \
+    for(int h_ = NORM_LOCAL / 2; h_ > 0; h_ >>= 1)                                                 \
+    {                                                                                              \
+        if((lid) < h_)                                                                             \
+        {                                                                                          \
+            for(int s_ = 0; s_ < 4; ++s_)                                                          \
+                sh[s_ * NORM_LOCAL + (lid)] += sh[s_ * NORM_LOCAL + (lid) + h_];                   \
+        }                                                                                          \
+        BARRIER();                                                                                 \
+    }
+
+/* Partial sums of (key, chunk) units: ws[part + (chunk * 4 + s) * K + k], s = s1, s2, g1, g2. */
+#if NORM_WANT(norm_reduce_generic)
+KERNEL void norm_reduce_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                                const GLOBAL param_t* RESTRICT w, GLOBAL float* RESTRICT ws, i64 part,
+                                i64 K, i64 R, i64 chunk, i64 nchunks, int flags, LENS8, STR8(xs),
+                                STR8(ds), STR8(ps))
+{
+    LOCAL float sh[4 * NORM_LOCAL];
+    const int lid = LOCAL_ID0;
+    for(i64 u = GROUP_ID0; u < K * nchunks; u += NUM_GROUPS0)
+    {
+        const i64 k = u / nchunks, c = u % nchunks;
+        KEY_IDX(k);
+        const float shift = LOAD(x, KOFF(xs));
+        float s1 = 0.0f, s2 = 0.0f, g1 = 0.0f, g2 = 0.0f;
+        const i64 r1 = (c + 1) * chunk < R ? (c + 1) * chunk : R;
+        for(i64 r = c * chunk + lid; r < r1; r += NORM_LOCAL)
+        {
+            RED_IDX(r);
+            const float v = LOAD(x, KOFF(xs) + ROFF(xs)) - shift;
+            s1 += v;
+            s2 += v * v;
+            if(flags & F_DY)
+            {
+                float g = LOAD(dy, KOFF(ds) + ROFF(ds));
+                if(flags & F_WEIGHTED) g *= PLOAD(w, KOFF(ps) + ROFF(ps));
+                g1 += g;
+                g2 += g * v;
+            }
+        }
+        sh[lid] = s1;
+        sh[NORM_LOCAL + lid] = s2;
+        sh[2 * NORM_LOCAL + lid] = g1;
+        sh[3 * NORM_LOCAL + lid] = g2;
+        BARRIER();
+        NORM_TREE4(sh, lid)
+        if(lid < 4) ws[part + (c * 4 + lid) * K + k] = sh[lid * NORM_LOCAL];
+        BARRIER();
+    }
+}
+#endif
+
+/* Packed, reduction contiguous: key k holds S segments of L elements at x + k*kstride +
+   s*sstride. Units (key, chunk) split the S*L elements; chunk is a multiple of NORM_VW, and so are
+   L, kstride and sstride when NORM_VW > 1. Weighted: p = (k % pkm) * pkmul + j / pjd. */
+#if NORM_WANT(norm_reduce_rows)
+KERNEL void norm_reduce_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                             const GLOBAL param_t* RESTRICT w, GLOBAL float* RESTRICT ws, i64 part, i64 K,
+                             i64 S, i64 L, i64 kstride, i64 sstride, i64 chunk, i64 nchunks, int flags,
+                             i64 pkm, i64 pkmul, i64 pjd)
+{
+    LOCAL float sh[4 * NORM_LOCAL];
+    const int lid = LOCAL_ID0;
+    const i64 total = S * L;
+    const int va = ALIGNED16(x) && ALIGNED16(dy);
+    for(i64 u = GROUP_ID0; u < K * nchunks; u += NUM_GROUPS0)
+    {
+        const i64 k = u / nchunks, c = u % nchunks;
+        const i64 base = k * kstride;
+        const float shift = LOAD(x, base);
+        float s1 = 0.0f, s2 = 0.0f, g1 = 0.0f, g2 = 0.0f;
+        const i64 q1 = (c + 1) * chunk < total ? (c + 1) * chunk : total;
+        for(i64 q = c * chunk + (i64)lid * NORM_VW; q < q1; q += NORM_LOCAL * NORM_VW)
+        {
+            const i64 s = q / L, j = q - s * L;
+            const i64 off = base + s * sstride + j;
+            float v[NORM_VW];
+            NORM_LOADV(x, off, v, va);
+            for(int e = 0; e < NORM_VW; ++e)
+            {
+                const float d = v[e] - shift;
+                s1 += d;
+                s2 += d * d;
+                v[e] = d;
+            }
+            if(flags & F_DY)
+            {
+                float g[NORM_VW];
+                NORM_LOADV(dy, off, g, va);
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    float ge = g[e];
+                    if(flags & F_WEIGHTED) ge *= PLOAD(w, (k % pkm) * pkmul + (j + e) / pjd);
+                    g1 += ge;
+                    g2 += ge * v[e];
+                }
+            }
+        }
+        sh[lid] = s1;
+        sh[NORM_LOCAL + lid] = s2;
+        sh[2 * NORM_LOCAL + lid] = g1;
+        sh[3 * NORM_LOCAL + lid] = g2;
+        BARRIER();
+        NORM_TREE4(sh, lid)
+        if(lid < 4) ws[part + (c * 4 + lid) * K + k] = sh[lid * NORM_LOCAL];
+        BARRIER();
+    }
+}
+#endif
+
+/* Packed, key contiguous: x[row * rstride + k], k < K. Work-group (NORM_CX x NORM_CY) covers
+   NORM_CX * NORM_VW keys and the rows of chunk GROUP_ID1. Unweighted (batch norm). */
+#if NORM_WANT(norm_reduce_cols)
+KERNEL void norm_reduce_cols(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                             GLOBAL float* RESTRICT ws, i64 part, i64 K, i64 rows, i64 rstride,
+                             i64 rows_per_chunk, int flags)
+{
+    LOCAL float sh[NORM_CY * NORM_CX * NORM_VW];
+    const int lx = LOCAL_ID0, ly = LOCAL_ID1;
+    const i64 c = GROUP_ID1;
+    const i64 col = ((i64)GROUP_ID0 * NORM_CX + lx) * NORM_VW;
+    const int live = col < K;
+    const int va = ALIGNED16(x) && ALIGNED16(dy);
+    float shift[NORM_VW], acc[4][NORM_VW];
+    for(int e = 0; e < NORM_VW; ++e)
+    {
+        shift[e] = (live && col + e < K) ? LOAD(x, col + e) : 0.0f;
+        acc[0][e] = acc[1][e] = acc[2][e] = acc[3][e] = 0.0f;
+    }
+    const i64 r0 = c * rows_per_chunk;
+    const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    if(live)
+    {
+        for(i64 r = r0 + ly; r < r1; r += NORM_CY)
+        {
+            const i64 off = r * rstride + col;
+            float v[NORM_VW];
+            NORM_LOADV(x, off, v, va);
+            for(int e = 0; e < NORM_VW; ++e)
+            {
+                v[e] -= shift[e];
+                acc[0][e] += v[e];
+                acc[1][e] += v[e] * v[e];
+            }
+            if(flags & F_DY)
+            {
+                float g[NORM_VW];
+                NORM_LOADV(dy, off, g, va);
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    acc[2][e] += g[e];
+                    acc[3][e] += g[e] * v[e];
+                }
+            }
+        }
+    }
+    const int nsum = (flags & F_DY) ? 4 : 2;
+    for(int s = 0; s < nsum; ++s)
+    {
+        for(int e = 0; e < NORM_VW; ++e)
+            sh[(ly * NORM_CX + lx) * NORM_VW + e] = acc[s][e];
+        BARRIER();
+        if(ly == 0 && live)
+        {
+            for(int e = 0; e < NORM_VW; ++e)
+            {
+                float t = 0.0f;
+                for(int y = 0; y < NORM_CY; ++y)
+                    t += sh[(y * NORM_CX + lx) * NORM_VW + e];
+                if(col + e < K) ws[part + (c * 4 + s) * K + col + e] = t;
+            }
+        }
+        BARRIER();
+    }
+}
+#endif
+
+/* One work item per key: combine the chunks, write the statistics asked for, and the per-key
+   coefficients ws[coef + i * K + k] (i = 0..4; see the top of the file). The stat tensors (s_a..
+   s_d, scale, bias) are addressed through their key strides ss; x's key strides xs give the
+   shift K. n is the reduction count. */
+#if NORM_WANT(norm_finalize)
+KERNEL void norm_finalize(const GLOBAL data_t* RESTRICT x, GLOBAL float* RESTRICT ws,
+                          const GLOBAL param_t* RESTRICT scale, const GLOBAL param_t* RESTRICT bias,
+                          GLOBAL param_t* s_a, GLOBAL param_t* s_b, GLOBAL param_t* s_c,
+                          GLOBAL param_t* s_d, i64 part, i64 coef, i64 K, i64 nchunks, float n, int op,
+                          int flags, float eps, float factor, LENS8, STR8(xs), STR8(ss))
+{
+    for(i64 k = GLOBAL_ID0; k < K; k += GLOBAL_SIZE0)
+    {
+        KEY_IDX(k);
+        const i64 so = KOFF(ss);
+        float s1 = 0.0f, s2 = 0.0f, g1 = 0.0f, g2 = 0.0f;
+        const int need_dy = (op == OP_BN_BWD || op == OP_LN_BWD);
+        if(op != OP_BN_INFER)
+        {
+            for(i64 c = 0; c < nchunks; ++c)
+            {
+                s1 += ws[part + (c * 4 + 0) * K + k];
+                s2 += ws[part + (c * 4 + 1) * K + k];
+                if(need_dy)
+                {
+                    g1 += ws[part + (c * 4 + 2) * K + k];
+                    g2 += ws[part + (c * 4 + 3) * K + k];
+                }
+            }
+        }
+        const float shift = op == OP_BN_INFER ? 0.0f : LOAD(x, KOFF(xs));
+        const float m1 = s1 / n;
+        float var = s2 / n - m1 * m1;
+        var = var > 0.0f ? var : 0.0f;
+        float mean = shift + m1;
+        float inv = NORM_RSQRT(var + eps);
+        if(op == OP_BN_TRAIN)
+        {
+            if(flags & F_SAVE)
+            {
+                PSTORE(s_c, so, mean);
+                PSTORE(s_d, so, inv);
+            }
+            if(flags & F_RUNNING)
+            {
+                const float unbiased = n > 1.0f ? var * n / (n - 1.0f) : var;
+                PSTORE(s_a, so, (1.0f - factor) * PLOAD(s_a, so) + factor * mean);
+                PSTORE(s_b, so, (1.0f - factor) * PLOAD(s_b, so) + factor * unbiased);
+            }
+        }
+        if(op == OP_BN_INFER)
+        {
+            mean = PLOAD(s_a, so);
+            inv = NORM_RSQRT(PLOAD(s_b, so) + eps);
+        }
+        if(op == OP_BN_TRAIN || op == OP_BN_INFER)
+        {
+            const float a = PLOAD(scale, so) * inv;
+            ws[coef + k] = a;
+            ws[coef + K + k] = PLOAD(bias, so) - mean * a;
+        }
+        else if(op == OP_LN_FWD)
+        {
+            PSTORE(s_c, so, mean);
+            PSTORE(s_d, so, inv);
+            ws[coef + k] = inv;
+            ws[coef + K + k] = -mean * inv;
+        }
+        else
+        {
+            if(op == OP_LN_BWD || (flags & F_SAVED))
+            {
+                mean = PLOAD(s_a, so);
+                inv = PLOAD(s_b, so);
+            }
+            /* sum(g * (x - mean)) = g2 - (mean - shift) * g1 */
+            const float gx = g2 - (mean - shift) * g1;
+            float alpha, beta, gamma;
+            if(op == OP_BN_BWD)
+            {
+                const float dbias = g1, dscale = inv * gx, sc = PLOAD(scale, so);
+                PSTORE(s_c, so, dscale);
+                PSTORE(s_d, so, dbias);
+                alpha = sc * inv;
+                beta = -sc * inv * inv * dscale / n;
+                gamma = -alpha * dbias / n - beta * mean;
+            }
+            else
+            {
+                const float mg = g1 / n, mgx = inv * gx / n;
+                alpha = inv;
+                beta = -inv * inv * mgx;
+                gamma = -inv * mg - beta * mean;
+            }
+            ws[coef + k] = alpha;
+            ws[coef + K + k] = beta;
+            ws[coef + 2 * K + k] = gamma;
+            ws[coef + 3 * K + k] = inv;
+            ws[coef + 4 * K + k] = -mean * inv;
+        }
+    }
+}
+#endif
+
+/* ---- apply ------------------------------------------------------------------------------------ */
+#if NORM_WANT(norm_fwd_generic)
+KERNEL void norm_fwd_generic(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                             const GLOBAL float* RESTRICT ws, const GLOBAL param_t* RESTRICT w,
+                             const GLOBAL param_t* RESTRICT b, i64 coef, i64 K, i64 R, int affine, LENS8,
+                             STR8(xs), STR8(ys), STR8(ps))
+{
+    for(i64 e = GLOBAL_ID0; e < K * R; e += GLOBAL_SIZE0)
+    {
+        const i64 k = e / R;
+        KEY_IDX(k);
+        RED_IDX(e - k * R);
+        float v = LOAD(x, KOFF(xs) + ROFF(xs)) * ws[coef + k] + ws[coef + K + k];
+        if(affine)
+        {
+            const i64 p = KOFF(ps) + ROFF(ps);
+            v = v * PLOAD(w, p) + PLOAD(b, p);
+        }
+        STORE(y, KOFF(ys) + ROFF(ys), v);
+    }
+}
+#endif
+
+#if NORM_WANT(norm_bwd_generic)
+KERNEL void norm_bwd_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                             GLOBAL data_t* RESTRICT dx, const GLOBAL float* RESTRICT ws,
+                             const GLOBAL param_t* RESTRICT w, i64 coef, i64 K, i64 R, int affine, LENS8,
+                             STR8(xs), STR8(ds), STR8(os), STR8(ps))
+{
+    for(i64 e = GLOBAL_ID0; e < K * R; e += GLOBAL_SIZE0)
+    {
+        const i64 k = e / R;
+        KEY_IDX(k);
+        RED_IDX(e - k * R);
+        float g = LOAD(dy, KOFF(ds) + ROFF(ds));
+        if(affine) g *= PLOAD(w, KOFF(ps) + ROFF(ps));
+        const float v = g * ws[coef + k] + LOAD(x, KOFF(xs) + ROFF(xs)) * ws[coef + K + k] + ws[coef + 2 * K + k];
+        STORE(dx, KOFF(os) + ROFF(os), v);
+    }
+}
+#endif
+
+/* Weight gradients of layer / group norm: one unit per weight element p (dims 0-3 of this view
+   index the weight), summing dy * xhat and dy over dims 4-7. ks: strides of the statistics' key
+   (linear, as the coefficients are stored); os: strides of dw / db. */
+#if NORM_WANT(norm_pgrad_generic)
+KERNEL void norm_pgrad_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                               const GLOBAL float* RESTRICT ws, GLOBAL param_t* RESTRICT dw,
+                               GLOBAL param_t* RESTRICT db, i64 coef, i64 K, i64 P, i64 R, LENS8,
+                               STR8(xs), STR8(ds), STR8(ks), STR8(os))
+{
+    LOCAL float sh[4 * NORM_LOCAL];
+    const int lid = LOCAL_ID0;
+    for(i64 p = GROUP_ID0; p < P; p += NUM_GROUPS0)
+    {
+        KEY_IDX(p);
+        float a = 0.0f, c = 0.0f;
+        for(i64 r = lid; r < R; r += NORM_LOCAL)
+        {
+            RED_IDX(r);
+            const i64 k = KOFF(ks) + ROFF(ks);
+            const float g = LOAD(dy, KOFF(ds) + ROFF(ds));
+            const float xh = LOAD(x, KOFF(xs) + ROFF(xs)) * ws[coef + 3 * K + k] + ws[coef + 4 * K + k];
+            a += g * xh;
+            c += g;
+        }
+        sh[lid] = a;
+        sh[NORM_LOCAL + lid] = c;
+        sh[2 * NORM_LOCAL + lid] = 0.0f;
+        sh[3 * NORM_LOCAL + lid] = 0.0f;
+        BARRIER();
+        NORM_TREE4(sh, lid)
+        if(lid == 0)
+        {
+            PSTORE(dw, KOFF(os), sh[0]);
+            PSTORE(db, KOFF(os), sh[NORM_LOCAL]);
+        }
+        BARRIER();
+    }
+}
+#endif
+
+/* Packed apply: x, y (dy, dx) dense with the same strides; element i has key (i / kd) % km and
+   weight index (i / pd) % pm. NORM_VW elements per step (16-byte access when aligned). */
+#define NORM_NEXT(idx, rem, d, m)                                                                  \
+    if(++rem == d)                                                                                 \
+    {                                                                                              \
+        rem = 0;                                                                                   \
+        if(++idx == m) idx = 0;                                                                    \
+    }
+
+#if NORM_WANT(norm_fwd_packed)
+KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                            const GLOBAL float* RESTRICT ws, const GLOBAL param_t* RESTRICT w,
+                            const GLOBAL param_t* RESTRICT b, i64 coef, i64 K, i64 n, i64 kd, i64 km,
+                            i64 pd, i64 pm, int affine)
+{
+    const int vec_ok = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(y);
+    const i64 step = vec_ok ? NORM_VW : 1;
+    for(i64 i0 = GLOBAL_ID0 * step; i0 < n; i0 += GLOBAL_SIZE0 * step)
+    {
+        i64 kr = i0 % kd, k = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
+        const int cnt = (int)(n - i0 < step ? n - i0 : step);
+        float v[NORM_VW];
+#if NORM_VW > 1
+        if(cnt == NORM_VW && vec_ok)
+            load_vec(x, i0, v);
+        else
+#endif
+            for(int e = 0; e < cnt; ++e)
+                v[e] = LOAD(x, i0 + e);
+        for(int e = 0; e < cnt; ++e)
+        {
+            float t = v[e] * ws[coef + k] + ws[coef + K + k];
+            if(affine) t = t * PLOAD(w, p) + PLOAD(b, p);
+            v[e] = t;
+            NORM_NEXT(k, kr, kd, km)
+            NORM_NEXT(p, pr, pd, pm)
+        }
+#if NORM_VW > 1
+        if(cnt == NORM_VW && vec_ok)
+            store_vec(y, i0, v);
+        else
+#endif
+            for(int e = 0; e < cnt; ++e)
+                STORE(y, i0 + e, v[e]);
+    }
+}
+#endif
+
+#if NORM_WANT(norm_bwd_packed)
+KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                            GLOBAL data_t* RESTRICT dx, const GLOBAL float* RESTRICT ws,
+                            const GLOBAL param_t* RESTRICT w, i64 coef, i64 K, i64 n, i64 kd, i64 km,
+                            i64 pd, i64 pm, int affine)
+{
+    const int vec_ok = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(dy) && ALIGNED16(dx);
+    const i64 step = vec_ok ? NORM_VW : 1;
+    for(i64 i0 = GLOBAL_ID0 * step; i0 < n; i0 += GLOBAL_SIZE0 * step)
+    {
+        i64 kr = i0 % kd, k = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
+        const int cnt = (int)(n - i0 < step ? n - i0 : step);
+        float v[NORM_VW], g[NORM_VW];
+#if NORM_VW > 1
+        if(cnt == NORM_VW && vec_ok)
+        {
+            load_vec(x, i0, v);
+            load_vec(dy, i0, g);
+        }
+        else
+#endif
+            for(int e = 0; e < cnt; ++e)
+            {
+                v[e] = LOAD(x, i0 + e);
+                g[e] = LOAD(dy, i0 + e);
+            }
+        for(int e = 0; e < cnt; ++e)
+        {
+            float ge = g[e];
+            if(affine) ge *= PLOAD(w, p);
+            v[e] = ge * ws[coef + k] + v[e] * ws[coef + K + k] + ws[coef + 2 * K + k];
+            NORM_NEXT(k, kr, kd, km)
+            NORM_NEXT(p, pr, pd, pm)
+        }
+#if NORM_VW > 1
+        if(cnt == NORM_VW && vec_ok)
+            store_vec(dx, i0, v);
+        else
+#endif
+            for(int e = 0; e < cnt; ++e)
+                STORE(dx, i0 + e, v[e]);
+    }
+}
+#endif
+
+#endif

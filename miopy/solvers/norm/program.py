@@ -1,0 +1,213 @@
+"""The Program of any normalisation (batch, layer, group norm): reduce, finalise, apply, and for
+layer / group norm backward the weight gradients. See kernels/common/norm.h.
+
+A problem gives the program what it needs through a few attributes (``NormProblem`` below); the
+solvers differ only in whether the dense kernels (``packed=True``) or the strided ones run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from miopy.problem.nd import Dim
+from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d
+from miopy.solvers.norm.view import PackedGeometry, packed_geometry, view8, with_key_index
+
+OP = {"bn_train": 0, "bn_infer": 1, "bn_bwd": 2, "ln_fwd": 3, "ln_bwd": 4}
+F_DY, F_WEIGHTED, F_SAVE, F_RUNNING, F_SAVED = 1, 2, 4, 8, 16
+KERNEL_IDS = {
+    "norm_reduce_generic": 1,
+    "norm_reduce_rows": 2,
+    "norm_reduce_cols": 3,
+    "norm_finalize": 4,
+    "norm_fwd_generic": 5,
+    "norm_bwd_generic": 6,
+    "norm_pgrad_generic": 7,
+    "norm_fwd_packed": 8,
+    "norm_bwd_packed": 9,
+}
+VEC_BYTES = 16
+CX, CY = 32, 8  # NORM_CX, NORM_CY
+
+
+class NormProblem(Protocol):
+    norm_kind: str  # a key of OP
+    norm_flags: int
+    affine: bool  # per-element weight (and bias forward): layer and group norm with weights
+    epsilon: float
+
+    def norm_dims(self) -> list[Dim]: ...
+    def finalize_roles(self) -> dict[str, str | None]: ...
+    def param_map(self) -> tuple[int, int, int, int, int] | None: ...
+    def tensors(self) -> dict[str, Any]: ...
+
+
+def _vw(ctx, dtype, ok: bool) -> int:
+    """16-byte vectors on CUDA when the geometry allows; OpenCL compilers vectorise work items."""
+    if not ok or getattr(ctx, "backend_name", None) != "cuda":
+        return 1
+    return VEC_BYTES // dtype.itemsize
+
+
+def _spec(name: str, problem, vw: int, global_size, local_size) -> KernelSpec:
+    t = problem.tensors()
+    data = t["x"].dtype
+    defines = {
+        "MIOPY_DTYPE": data.code,
+        "NORM_PTYPE": problem.param_dtype.code,
+        "NORM_VW": vw,
+        "NORM_ONLY": KERNEL_IDS[name],
+    }
+    return KernelSpec("norm", name, defines, global_size, local_size)
+
+
+def _groups(units: int) -> tuple[tuple[int], tuple[int]]:
+    g = max(1, min(units, MAX_GROUPS))
+    return (g * LOCAL,), (LOCAL,)
+
+
+def _chunks(ctx, K: int, R: int, per_item: int) -> int:
+    """How many chunks to split each key's reduction into: enough work-groups to fill the device,
+    each with at least a few elements per work item."""
+    cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    target = cus * 8
+    most = max(1, R // (LOCAL * per_item * 4))
+    return int(max(1, min(most, -(-target // K), 1024)))
+
+
+def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
+    kind = problem.norm_kind
+    op = OP[kind]
+    backward = kind in ("bn_bwd", "ln_bwd")
+    data_roles = ("x", "dy", "dx") if backward else ("x", "y")
+    dims = with_key_index(problem.norm_dims())
+    dtype = problem.tensors()["x"].dtype
+    view = view8(dims, ("x", "y", "dy", "dx", "stat", "param", "k"))
+    K, R = view.K, view.R
+    n = math.prod(d.length for d in dims if not d.key)
+    geo: PackedGeometry | None = None
+    if packed:
+        g = packed_geometry(dims, data_roles)
+        assert isinstance(g, PackedGeometry), g
+        geo = g
+    pmap = problem.param_map() if problem.affine else None
+    steps: list[Launch] = []
+    ws = Workspace()
+
+    def t(role: str | None):
+        return Tensor(role) if role else ws
+
+    weight = t("weight" if problem.affine else None)
+    flags = problem.norm_flags
+    if backward:
+        flags |= F_DY
+        if problem.affine:
+            flags |= F_WEIGHTED
+    nchunks = 1
+    if op != OP["bn_infer"]:
+        if geo is not None and geo.kind == "cols":
+            vw = _vw(ctx, dtype, geo.K % (VEC_BYTES // dtype.itemsize) == 0 and geo.rstride % (VEC_BYTES // dtype.itemsize) == 0)
+            cols = -(-geo.K // (CX * vw))
+            cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+            nchunks = int(max(1, min(-(-cus * 4 // cols), geo.rows // (CY * 8), 1024)))
+            rpc = -(-geo.rows // nchunks)
+            nchunks = -(-geo.rows // rpc)
+            spec = _spec("norm_reduce_cols", problem, vw, (cols * CX, nchunks * CY), (CX, CY))
+            args = (Tensor("x"), t("dy" if backward else None), ws, np.int64(0), np.int64(geo.K))
+            args += (np.int64(geo.rows), np.int64(geo.rstride), np.int64(rpc), np.int32(flags))
+            steps.append(Launch(spec, args))
+        elif geo is not None:
+            step = VEC_BYTES // dtype.itemsize
+            ok = geo.L % step == 0 and geo.kstride % step == 0 and geo.sstride % step == 0
+            vw = _vw(ctx, dtype, ok)
+            nchunks = _chunks(ctx, geo.K, geo.S * geo.L, vw)
+            chunk = -(-(geo.S * geo.L) // nchunks)
+            chunk = -(-chunk // vw) * vw
+            nchunks = -(-(geo.S * geo.L) // chunk)
+            pkm, pkmul, pjd = (pmap[2], pmap[3], pmap[4]) if pmap else (1, 0, 1)
+            spec = _spec("norm_reduce_rows", problem, vw, *_groups(geo.K * nchunks))
+            args = (Tensor("x"), t("dy" if backward else None), weight, ws, np.int64(0), np.int64(geo.K))
+            args += tuple(np.int64(v) for v in (geo.S, geo.L, geo.kstride, geo.sstride, chunk, nchunks))
+            args += (np.int32(flags), np.int64(pkm), np.int64(pkmul), np.int64(pjd))
+            steps.append(Launch(spec, args))
+        else:
+            nchunks = _chunks(ctx, K, R, 1)
+            chunk = -(-R // nchunks)
+            nchunks = -(-R // chunk)
+            spec = _spec("norm_reduce_generic", problem, 1, *_groups(K * nchunks))
+            args = (Tensor("x"), t("dy" if backward else None), weight, ws, np.int64(0), np.int64(K))
+            args += (np.int64(R), np.int64(chunk), np.int64(nchunks), np.int32(flags), *view.lens_args())
+            args += (*view.stride_args("x"), *view.stride_args("dy"), *view.stride_args("param"))
+            steps.append(Launch(spec, args))
+    part_floats = 4 * K * nchunks if op != OP["bn_infer"] else 0
+    coef = part_floats
+    workspace = (part_floats + 5 * K) * 4
+
+    roles = problem.finalize_roles()
+    gs, ls = grid_1d(K)
+    spec = _spec("norm_finalize", problem, 1, gs, ls)
+    args = (Tensor("x"), ws, *(t(roles.get(r)) for r in ("scale", "bias", "s_a", "s_b", "s_c", "s_d")))
+    args += (np.int64(0), np.int64(coef), np.int64(K), np.int64(nchunks), np.float32(n), np.int32(op))
+    args += (np.int32(flags), Scalar("epsilon", "float32", problem.epsilon))
+    args += (Scalar("exp_avg_factor", "float32", getattr(problem, "exp_avg_factor", 1.0)),)
+    args += (*view.lens_args(), *view.stride_args("x"), *view.stride_args("stat"))
+    steps.append(Launch(spec, args))
+
+    affine = np.int32(1 if problem.affine else 0)
+    if geo is not None:
+        if problem.affine and pmap is None:
+            raise AssertionError("packed apply with per-element weights needs param_map()")
+        pd, pm = (pmap[0], pmap[1]) if pmap else (1, 1)
+        vw = _vw(ctx, dtype, True)
+        gs, ls = grid_1d(-(-geo.n // vw))
+        tail = tuple(np.int64(v) for v in (coef, K, geo.n, geo.kd, geo.km, pd, pm)) + (affine,)
+        if backward:
+            spec = _spec("norm_bwd_packed", problem, vw, gs, ls)
+            steps.append(Launch(spec, (Tensor("x"), Tensor("dy"), Tensor("dx"), ws, weight, *tail)))
+        else:
+            spec = _spec("norm_fwd_packed", problem, vw, gs, ls)
+            bias = t("bias" if problem.affine else None)
+            steps.append(Launch(spec, (Tensor("x"), Tensor("y"), ws, weight, bias, *tail)))
+    else:
+        gs, ls = grid_1d(K * R)
+        head = (np.int64(coef), np.int64(K), np.int64(R), affine, *view.lens_args(), *view.stride_args("x"))
+        if backward:
+            spec = _spec("norm_bwd_generic", problem, 1, gs, ls)
+            args = (Tensor("x"), Tensor("dy"), Tensor("dx"), ws, weight, *head)
+            args += (*view.stride_args("dy"), *view.stride_args("dx"), *view.stride_args("param"))
+        else:
+            spec = _spec("norm_fwd_generic", problem, 1, gs, ls)
+            args = (Tensor("x"), Tensor("y"), ws, weight, t("bias" if problem.affine else None), *head)
+            args += (*view.stride_args("y"), *view.stride_args("param"))
+        steps.append(Launch(spec, args))
+
+    if kind == "ln_bwd" and problem.affine and "dweight" in problem.tensors():
+        pdims = [Dim(d.length, d.stride("param") != 0, d.strides) for d in dims]
+        pview = view8(pdims, ("x", "dy", "k", "param"), "weight.lens")
+        P, PR = pview.K, pview.R
+        spec = _spec("norm_pgrad_generic", problem, 1, *_groups(P))
+        args = (Tensor("x"), Tensor("dy"), ws, Tensor("dweight"), Tensor("dbias"), np.int64(coef))
+        args += (np.int64(K), np.int64(P), np.int64(PR), *pview.lens_args(), *pview.stride_args("x"))
+        args += (*pview.stride_args("dy"), *pview.stride_args("k"), *pview.stride_args("param"))
+        steps.append(Launch(spec, args))
+    return Program(tuple(steps), workspace)
+
+
+def packed_reason(problem: NormProblem) -> str | None:
+    """Why the dense kernels do not apply, or None."""
+    backward = problem.norm_kind in ("bn_bwd", "ln_bwd")
+    g = packed_geometry(problem.norm_dims(), ("x", "dy", "dx") if backward else ("x", "y"))
+    if isinstance(g, str):
+        return g
+    if problem.affine and problem.param_map() is None:
+        return "the weights are not laid out along the data"
+    if g.kind == "cols" and problem.affine:
+        return "per-element weights with a contiguous key"
+    return None
+
+
+__all__ = ["OP", "NormProblem", "norm_program", "packed_reason"]

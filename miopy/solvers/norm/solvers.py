@@ -1,0 +1,47 @@
+"""The norm solvers: for each primitive and pass, a dense one (vectorised rows / columns
+reduction and a flat apply) and a strided one (any strides; the fallback)."""
+
+from __future__ import annotations
+
+from miopy.solution import Program
+from miopy.solvers.base import Solver
+from miopy.solvers.norm.program import norm_program, packed_reason
+
+
+class _Norm(Solver):
+    algorithm = "direct"
+    dynamic = False
+    kind: str  # the problem's norm_kind
+    packed: bool
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if getattr(problem, "primitive", None) != self.primitive:
+            return f"not a {self.primitive} problem"
+        if problem.norm_kind != self.kind:
+            return f"pass is {problem.norm_kind}"
+        if self.packed:
+            return packed_reason(problem)
+        return None
+
+    def workspace_size(self, ctx, problem) -> int:
+        return self.get_program(ctx, problem).workspace
+
+    def get_program(self, ctx, problem, config=None) -> Program:
+        return norm_program(ctx, problem, self.packed)
+
+
+def _make(primitive: str, name: str, ident: int, kind: str, packed: bool) -> _Norm:
+    cls = type(name, (_Norm,), {"primitive": primitive, "name": name, "id": ident, "kind": kind, "packed": packed})
+    return cls()
+
+
+BNORM_SOLVERS = [
+    _make("bnorm", "BnFwdTrainingPacked", 400, "bn_train", True),
+    _make("bnorm", "BnFwdTrainingStrided", 401, "bn_train", False),
+    _make("bnorm", "BnFwdInferencePacked", 402, "bn_infer", True),
+    _make("bnorm", "BnFwdInferenceStrided", 403, "bn_infer", False),
+    _make("bnorm", "BnBwdPacked", 404, "bn_bwd", True),
+    _make("bnorm", "BnBwdStrided", 405, "bn_bwd", False),
+]
+
+__all__ = ["BNORM_SOLVERS"]
