@@ -36,6 +36,11 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "activ": ("miopy.driver.activ", "run", "FP32"),
     "activfp16": ("miopy.driver.activ", "run", "FP16"),
     "activbfp16": ("miopy.driver.activ", "run", "BF16"),
+    "bnorm": ("miopy.driver.bnorm", "run", "bnorm"),
+    "bnormfp16": ("miopy.driver.bnorm", "run", "bnormfp16"),
+    "bnormfp16fp32": ("miopy.driver.bnorm", "run", "bnormfp16fp32"),
+    "bnormbfp16fp32": ("miopy.driver.bnorm", "run", "bnormbfp16fp32"),
+    "bnormbfp16": ("miopy.driver.bnorm", "run", "bnormbfp16"),
 }
 
 _INT = re.compile(r"^[+-]?[0-9]+$")

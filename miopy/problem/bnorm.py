@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from miopy.errors import bad
+from miopy.problem.base import Problem
 from miopy.problem.nd import Dim
 from miopy.problem.passes import float_text, layouts_key
 from miopy.tensor import DataType, TensorDesc
@@ -44,7 +45,12 @@ class BatchNormMode(enum.IntEnum):
         if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
             return cls(value)
         text = str(value).strip().upper().replace("-", "_").replace("MIOPENBN", "")
-        names = {"0": "PER_ACTIVATION", "1": "SPATIAL", "PERACTIVATION": "PER_ACTIVATION", "PERACT": "PER_ACTIVATION"}
+        names = {
+            "0": "PER_ACTIVATION",
+            "1": "SPATIAL",
+            "PERACTIVATION": "PER_ACTIVATION",
+            "PERACT": "PER_ACTIVATION",
+        }
         text = names.get(text, text)
         if text in cls.__members__:
             return cls[text]
@@ -99,16 +105,21 @@ def _positive_float(name: str, value, low: float = 0.0, high: float | None = Non
         out = float(value)
     except (TypeError, ValueError):
         raise bad(name, value, "expected a number") from None
-    if not math.isfinite(out) or out < low or (out == low and not closed) or (high is not None and out > high):
+    if (
+        not math.isfinite(out)
+        or out < low
+        or (out == low and not closed)
+        or (high is not None and out > high)
+    ):
         rng = f"in [{low:g}, {high:g}]" if high is not None else f"> {low:g}"
         raise bad(name, value, f"must be finite and {rng}")
     return out
 
 
 @dataclass(frozen=True)
-class BatchNormProblem:
+class BatchNormProblem(Problem):
     primitive = "bnorm"
-    log_name = "[LogCmdBNorm]"
+    log_name = "BatchNorm"
 
     mode: BatchNormMode
     direction: BnPass
@@ -138,9 +149,15 @@ class BatchNormProblem:
             raise bad("x", type(x).__name__, "expected a TensorDesc")
         out = x if out is None else out
         if not isinstance(out, TensorDesc):
-            raise bad("y" if direction is not BnPass.BACKWARD else "dy", type(out).__name__, "expected a TensorDesc")
+            raise bad(
+                "y" if direction is not BnPass.BACKWARD else "dy", type(out).__name__, "expected a TensorDesc"
+            )
         if out.lens != x.lens:
-            raise bad("y.lens" if direction is not BnPass.BACKWARD else "dx.lens", out.lens, f"must equal x.lens {x.lens}")
+            raise bad(
+                "y.lens" if direction is not BnPass.BACKWARD else "dx.lens",
+                out.lens,
+                f"must equal x.lens {x.lens}",
+            )
         if out.dtype != x.dtype:
             raise bad("y.dtype", out.dtype.value, f"must equal x.dtype {x.dtype.value}")
         pdt = DataType.FP32 if param_dtype is None else DataType.parse(param_dtype)
@@ -159,7 +176,9 @@ class BatchNormProblem:
         object.__setattr__(self, "save", bool(save))
         object.__setattr__(self, "running", bool(running))
         object.__setattr__(self, "epsilon", _positive_float("epsilon", epsilon))
-        object.__setattr__(self, "exp_avg_factor", _positive_float("exp_avg_factor", exp_avg_factor, 0.0, 1.0, True))
+        object.__setattr__(
+            self, "exp_avg_factor", _positive_float("exp_avg_factor", exp_avg_factor, 0.0, 1.0, True)
+        )
         object.__setattr__(self, "x", x)
         object.__setattr__(self, "data", out)
         object.__setattr__(self, "param", param_desc(x, mode, pdt))
@@ -328,7 +347,12 @@ class BatchNormProblem:
             args += ["--forw", "0", "-b", "1"]
         else:
             args += ["--forw", "1" if self.direction is BnPass.TRAINING else "2", "-b", "0"]
-        args += ["-s", str(int(self.save)), "-r", str(int(self.running or self.direction is BnPass.INFERENCE))]
+        args += [
+            "-s",
+            str(int(self.save)),
+            "-r",
+            str(int(self.running or self.direction is BnPass.INFERENCE)),
+        ]
         args += ["--layout", self.x.layout if self.x.packed else ("NCDHW" if len(lens) == 5 else "NCHW")]
         if self.epsilon != 1e-3:
             args += ["--epsilon", float_text(self.epsilon)]

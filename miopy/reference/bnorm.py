@@ -114,7 +114,9 @@ def samples() -> list[BatchNormProblem]:
     strided = TensorDesc("fp32", (2, 3, 4, 5), strides=(100, 30, 6, 1))
     for d in ("T", "I", "B"):
         out.append(BatchNormProblem("SPATIAL", d, nchw, save=d != "I", running=d == "T"))
-        out.append(BatchNormProblem("SPATIAL", d, nhwc16, param_dtype="fp32", save=d == "T", running=d == "T"))
+        out.append(
+            BatchNormProblem("SPATIAL", d, nhwc16, param_dtype="fp32", save=d == "T", running=d == "T")
+        )
         out.append(BatchNormProblem("PER_ACTIVATION", d, ndhwc, param_dtype="fp32", save=False))
         out.append(BatchNormProblem("SPATIAL", d, strided, save=False, running=d == "T", exp_avg_factor=0.25))
     return out

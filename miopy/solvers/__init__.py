@@ -19,8 +19,8 @@ from miopy.solvers.conv.gemm import (
 )
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
-from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
+from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 
 if TYPE_CHECKING:
     from miopy.problem.base import Problem

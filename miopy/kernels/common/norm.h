@@ -11,8 +11,10 @@
    variance of data centred near zero). Partial sums per (key, chunk) go to the workspace; a
    finalise kernel combines the chunks in a fixed order (deterministic), writes the statistics the
    caller asked for and per-key coefficients; an apply kernel then maps every element:
-     forward:  y  = (x * c0[k] + c1[k]) * w[p] + b[p]        (w, b only when per element: LN, GN)
-     backward: dx = dy * w[p] * c0[k] + x * c1[k] + c2[k]
+     forward:  y  = (xc * c0[k] + c2[k]) * w[p] + b[p]   (w, b only per element: LN, GN)
+     backward: dx = dy * w[p] * c0[k] + xc * c4[k] + c2[k]
+   with xc = (x - c1[k]) - c3[k] = x - mean: c1 is the shift K and c3 = mean - K, so x - mean is
+   formed without cancellation however large the mean (c5 = inverse std, for the weight grads)
    Two passes over the data in all (the reduction reads x, and dy backward; the apply reads them
    again and writes). Backward of layer and group norm adds a reduction per weight element
    (dw, db).
@@ -362,52 +364,55 @@ KERNEL void norm_finalize(const GLOBAL data_t* RESTRICT x, GLOBAL float* RESTRIC
             }
         }
         const float shift = op == OP_BN_INFER ? 0.0f : LOAD(x, KOFF(xs));
-        const float m1 = s1 / n;
+        /* the mean is kept as shift + m1: x - shift is exact near the mean, so applying
+           (x - shift) - m1 loses nothing however large the mean is */
+        float m1 = s1 / n;
         float var = s2 / n - m1 * m1;
         var = var > 0.0f ? var : 0.0f;
-        float mean = shift + m1;
         float inv = NORM_RSQRT(var + eps);
         if(op == OP_BN_TRAIN)
         {
             if(flags & F_SAVE)
             {
-                PSTORE(s_c, so, mean);
+                PSTORE(s_c, so, shift + m1);
                 PSTORE(s_d, so, inv);
             }
             if(flags & F_RUNNING)
             {
                 const float unbiased = n > 1.0f ? var * n / (n - 1.0f) : var;
-                PSTORE(s_a, so, (1.0f - factor) * PLOAD(s_a, so) + factor * mean);
+                PSTORE(s_a, so, (1.0f - factor) * PLOAD(s_a, so) + factor * (shift + m1));
                 PSTORE(s_b, so, (1.0f - factor) * PLOAD(s_b, so) + factor * unbiased);
             }
         }
         if(op == OP_BN_INFER)
         {
-            mean = PLOAD(s_a, so);
+            m1 = PLOAD(s_a, so);
             inv = NORM_RSQRT(PLOAD(s_b, so) + eps);
         }
+        ws[coef + K + k] = shift;
         if(op == OP_BN_TRAIN || op == OP_BN_INFER)
         {
-            const float a = PLOAD(scale, so) * inv;
-            ws[coef + k] = a;
-            ws[coef + K + k] = PLOAD(bias, so) - mean * a;
+            ws[coef + k] = PLOAD(scale, so) * inv;
+            ws[coef + 2 * K + k] = PLOAD(bias, so);
+            ws[coef + 3 * K + k] = m1;
         }
         else if(op == OP_LN_FWD)
         {
-            PSTORE(s_c, so, mean);
+            PSTORE(s_c, so, shift + m1);
             PSTORE(s_d, so, inv);
             ws[coef + k] = inv;
-            ws[coef + K + k] = -mean * inv;
+            ws[coef + 2 * K + k] = 0.0f;
+            ws[coef + 3 * K + k] = m1;
         }
         else
         {
             if(op == OP_LN_BWD || (flags & F_SAVED))
             {
-                mean = PLOAD(s_a, so);
+                m1 = PLOAD(s_a, so) - shift;
                 inv = PLOAD(s_b, so);
             }
             /* sum(g * (x - mean)) = g2 - (mean - shift) * g1 */
-            const float gx = g2 - (mean - shift) * g1;
+            const float gx = g2 - m1 * g1;
             float alpha, beta, gamma;
             if(op == OP_BN_BWD)
             {
@@ -416,20 +421,20 @@ KERNEL void norm_finalize(const GLOBAL data_t* RESTRICT x, GLOBAL float* RESTRIC
                 PSTORE(s_d, so, dbias);
                 alpha = sc * inv;
                 beta = -sc * inv * inv * dscale / n;
-                gamma = -alpha * dbias / n - beta * mean;
+                gamma = -alpha * dbias / n;
             }
             else
             {
                 const float mg = g1 / n, mgx = inv * gx / n;
                 alpha = inv;
                 beta = -inv * inv * mgx;
-                gamma = -inv * mg - beta * mean;
+                gamma = -inv * mg;
             }
             ws[coef + k] = alpha;
-            ws[coef + K + k] = beta;
             ws[coef + 2 * K + k] = gamma;
-            ws[coef + 3 * K + k] = inv;
-            ws[coef + 4 * K + k] = -mean * inv;
+            ws[coef + 3 * K + k] = m1;
+            ws[coef + 4 * K + k] = beta;
+            ws[coef + 5 * K + k] = inv;
         }
     }
 }
@@ -447,7 +452,8 @@ KERNEL void norm_fwd_generic(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         const i64 k = e / R;
         KEY_IDX(k);
         RED_IDX(e - k * R);
-        float v = LOAD(x, KOFF(xs) + ROFF(xs)) * ws[coef + k] + ws[coef + K + k];
+        float v = ((LOAD(x, KOFF(xs) + ROFF(xs)) - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + k] +
+                  ws[coef + 2 * K + k];
         if(affine)
         {
             const i64 p = KOFF(ps) + ROFF(ps);
@@ -471,7 +477,8 @@ KERNEL void norm_bwd_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
         RED_IDX(e - k * R);
         float g = LOAD(dy, KOFF(ds) + ROFF(ds));
         if(affine) g *= PLOAD(w, KOFF(ps) + ROFF(ps));
-        const float v = g * ws[coef + k] + LOAD(x, KOFF(xs) + ROFF(xs)) * ws[coef + K + k] + ws[coef + 2 * K + k];
+        const float xc = (LOAD(x, KOFF(xs) + ROFF(xs)) - ws[coef + K + k]) - ws[coef + 3 * K + k];
+        const float v = g * ws[coef + k] + xc * ws[coef + 4 * K + k] + ws[coef + 2 * K + k];
         STORE(dx, KOFF(os) + ROFF(os), v);
     }
 }
@@ -497,7 +504,8 @@ KERNEL void norm_pgrad_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
             RED_IDX(r);
             const i64 k = KOFF(ks) + ROFF(ks);
             const float g = LOAD(dy, KOFF(ds) + ROFF(ds));
-            const float xh = LOAD(x, KOFF(xs) + ROFF(xs)) * ws[coef + 3 * K + k] + ws[coef + 4 * K + k];
+            const float xh =
+                ((LOAD(x, KOFF(xs) + ROFF(xs)) - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + 5 * K + k];
             a += g * xh;
             c += g;
         }
@@ -548,7 +556,7 @@ KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
                 v[e] = LOAD(x, i0 + e);
         for(int e = 0; e < cnt; ++e)
         {
-            float t = v[e] * ws[coef + k] + ws[coef + K + k];
+            float t = ((v[e] - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + k] + ws[coef + 2 * K + k];
             if(affine) t = t * PLOAD(w, p) + PLOAD(b, p);
             v[e] = t;
             NORM_NEXT(k, kr, kd, km)
@@ -595,7 +603,8 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
         {
             float ge = g[e];
             if(affine) ge *= PLOAD(w, p);
-            v[e] = ge * ws[coef + k] + v[e] * ws[coef + K + k] + ws[coef + 2 * K + k];
+            const float xc = (v[e] - ws[coef + K + k]) - ws[coef + 3 * K + k];
+            v[e] = ge * ws[coef + k] + xc * ws[coef + 4 * K + k] + ws[coef + 2 * K + k];
             NORM_NEXT(k, kr, kd, km)
             NORM_NEXT(p, pr, pd, pm)
         }

@@ -110,7 +110,12 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
     nchunks = 1
     if op != OP["bn_infer"]:
         if geo is not None and geo.kind == "cols":
-            vw = _vw(ctx, dtype, geo.K % (VEC_BYTES // dtype.itemsize) == 0 and geo.rstride % (VEC_BYTES // dtype.itemsize) == 0)
+            vw = _vw(
+                ctx,
+                dtype,
+                geo.K % (VEC_BYTES // dtype.itemsize) == 0
+                and geo.rstride % (VEC_BYTES // dtype.itemsize) == 0,
+            )
             cols = -(-geo.K // (CX * vw))
             cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
             nchunks = int(max(1, min(-(-cus * 4 // cols), geo.rows // (CY * 8), 1024)))
@@ -145,7 +150,7 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
             steps.append(Launch(spec, args))
     part_floats = 4 * K * nchunks if op != OP["bn_infer"] else 0
     coef = part_floats
-    workspace = (part_floats + 5 * K) * 4
+    workspace = (part_floats + 6 * K) * 4
 
     roles = problem.finalize_roles()
     gs, ls = grid_1d(K)

@@ -31,7 +31,9 @@ class _Norm(Solver):
 
 
 def _make(primitive: str, name: str, ident: int, kind: str, packed: bool) -> _Norm:
-    cls = type(name, (_Norm,), {"primitive": primitive, "name": name, "id": ident, "kind": kind, "packed": packed})
+    cls = type(
+        name, (_Norm,), {"primitive": primitive, "name": name, "id": ident, "kind": kind, "packed": packed}
+    )
     return cls()
 
 

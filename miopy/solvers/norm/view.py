@@ -78,7 +78,9 @@ def view8(dims: list[Dim], roles: tuple[str, ...], what: str = "x.lens") -> View
     key, red = ordered(dims, roles)
     for name, group in (("key", key), ("reduction", red)):
         if len(group) > MAX_GROUP_DIMS:
-            raise bad(what, [d.length for d in dims], f"more than {MAX_GROUP_DIMS} {name} dims that cannot merge")
+            raise bad(
+                what, [d.length for d in dims], f"more than {MAX_GROUP_DIMS} {name} dims that cannot merge"
+            )
     pad = Dim(1, False, {})
     key = [pad] * (4 - len(key)) + key
     red = [pad] * (4 - len(red)) + red
@@ -125,17 +127,46 @@ def packed_geometry(dims: list[Dim], data_roles: tuple[str, ...]) -> PackedGeome
     if not red:
         return "nothing to reduce"
     if not key:
-        return PackedGeometry("rows", 1, n, S=red[0].length if len(red) == 2 else 1,
-                              L=red[-1].length, sstride=red[0].stride("x") if len(red) == 2 else 0,
-                              kd=n, km=1) if red[-1].stride("x") == 1 and len(red) <= 2 else "layout"
+        return (
+            PackedGeometry(
+                "rows",
+                1,
+                n,
+                S=red[0].length if len(red) == 2 else 1,
+                L=red[-1].length,
+                sstride=red[0].stride("x") if len(red) == 2 else 0,
+                kd=n,
+                km=1,
+            )
+            if red[-1].stride("x") == 1 and len(red) <= 2
+            else "layout"
+        )
     k = key[0]
     if red[-1].stride("x") == 1 and len(red) <= 2:
         S, sstride = (red[0].length, red[0].stride("x")) if len(red) == 2 else (1, 0)
-        return PackedGeometry("rows", K, n, S=S, L=red[-1].length, kstride=k.stride("x"), sstride=sstride,
-                              kd=k.stride("x"), km=K)
+        return PackedGeometry(
+            "rows",
+            K,
+            n,
+            S=S,
+            L=red[-1].length,
+            kstride=k.stride("x"),
+            sstride=sstride,
+            kd=k.stride("x"),
+            km=K,
+        )
     if k.stride("x") == 1 and len(red) == 1:
         return PackedGeometry("cols", K, n, rows=red[0].length, rstride=red[0].stride("x"), kd=1, km=K)
     return "neither the key nor the reduction is contiguous"
 
 
-__all__ = ["DATA_ROLES", "Dim", "PackedGeometry", "View8", "ordered", "packed_geometry", "view8", "with_key_index"]
+__all__ = [
+    "DATA_ROLES",
+    "Dim",
+    "PackedGeometry",
+    "View8",
+    "ordered",
+    "packed_geometry",
+    "view8",
+    "with_key_index",
+]

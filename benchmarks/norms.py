@@ -1,0 +1,277 @@
+"""Batch norm (and, where miopy has them, layer norm and group norm) on a GPU, miopy next to
+PyTorch in one process, as a share of the device-to-device copy rate measured in the same run.
+
+Batch norm: ResNet-50 shapes at batch 32 (fp16 channels-last with fp32 scale / statistics, fp32
+NCHW), spatial: training forward (saved mean / inverse std and running statistics updated),
+inference forward, backward from saved statistics. Layer norm: BERT-base (batch 32 x 512 tokens,
+768 features); group norm: 32 groups on 32x256x56x56 (anchors.md).
+
+Both sides are timed the same way: device events around ITERS back-to-back launches queued up
+behind a sleep kernel (the GPU never waits for the host), rotating over enough input sets that
+they do not sit in L2, median of REPS such loops. Every applicable miopy solver is checked against
+PyTorch and timed; the fastest is reported (what find would pick). Bandwidth counts the bytes each
+side must move at least (miopy's problem.bytes(): reads plus writes); "% copy" divides it by the
+rate of a 1 GiB device-to-device copy. Needs torch, cupy and cuda-bindings.
+
+    python benchmarks/norms.py [--dtypes fp16,fp32] [--json out.json]
+
+Goal (issue 10): >= 80 % of copy, never slower than PyTorch. Exit status 1 when a result is
+wrong; goals missed are only reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from miopy.engine.candidates import make_solution
+from miopy.handle import Handle
+from miopy.problem.bnorm import BatchNormProblem
+from miopy.solution import InvokeArgs
+from miopy.solvers import solvers_for
+from miopy.tensor import TensorDesc
+
+BATCH = 32
+EPS = 1e-5
+# (C, H=W) of the batch norms of ResNet-50 v1.5
+BN_SHAPES = [(64, 112), (64, 56), (256, 56), (128, 28), (512, 28), (256, 14), (1024, 14), (512, 7), (2048, 7)]
+ITERS, REPS = 50, 7
+L2_BYTES = 60 << 20
+TORCH_DTYPE = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
+TOL = {"fp16": 4e-3, "fp32": 2e-5, "bf16": 3e-2}
+
+
+def device_us(fns, iters: int = ITERS) -> float:
+    """Median over REPS of the mean device time of ``iters`` launches, cycling through ``fns``."""
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        torch.cuda._sleep(20_000_000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(iters):
+            fns[i % len(fns)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / iters)
+    return statistics.median(times)
+
+
+def copy_rate(nbytes: int) -> float:
+    """Bytes moved (read + written) per microsecond by a device-to-device copy of ``nbytes``."""
+    sets = max(2, math.ceil(2 * L2_BYTES / nbytes))
+    src = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(min(sets, 64))]
+    dst = [torch.empty_like(s) for s in src]
+    return 2 * nbytes / device_us([functools.partial(d.copy_, s) for d, s in zip(dst, src)])
+
+
+def n_sets(nbytes: int) -> int:
+    return max(2, min(16, math.ceil(2 * L2_BYTES / nbytes)))
+
+
+def err_of(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.double(), want.double()
+    e = ((got - want).abs() / want.abs().clamp_min(1.0)).max().item()
+    return e if math.isfinite(e) else float("inf")
+
+
+def best_of_ours(handle, problem, arg_sets, check) -> dict:
+    """Check (``check(invoke) -> error / tolerance``) and time every applicable solver."""
+    rows = []
+    for solver in solvers_for(problem):
+        if solver.is_applicable(handle, problem) is not None:
+            continue
+        sol = make_solution(handle, problem, solver)
+        inv = handle.prepare_invoker(sol)
+        ws = handle.backend.alloc(sol.workspace) if sol.workspace else None
+
+        def call(a, inv=inv, ws=ws):
+            inv(InvokeArgs(a, ws))
+
+        err = check(call)
+        us = device_us([functools.partial(call, a) for a in arg_sets])
+        rows.append({"solver": solver.name, "us": us, "err": err})
+    ok = [r for r in rows if r["err"] <= 1.0]
+    return {"best": min(ok, key=lambda r: r["us"]) if ok else None, "all": rows}
+
+
+def bn_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
+    layout = "NHWC" if dtype != "fp32" else "NCHW"
+    lens = (BATCH, c, hw, hw)
+    x_desc = TensorDesc(dtype, lens, layout=layout)
+    problem = BatchNormProblem(
+        "SPATIAL",
+        direction,
+        x_desc,
+        param_dtype="fp32",
+        save=direction != "I",
+        running=direction == "T",
+        epsilon=EPS,
+    )
+    be = handle.backend
+    sets = n_sets(problem.bytes())
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    td = TORCH_DTYPE[dtype]
+
+    def data():
+        return torch.empty(lens, dtype=td, device="cuda").uniform_(-1, 1).contiguous(memory_format=fmt)
+
+    def param(lo=-1.0, hi=1.0):
+        return torch.empty(c, dtype=torch.float32, device="cuda").uniform_(lo, hi)
+
+    xs = [data() for _ in range(sets)]
+    w, b = param(), param()
+    rm, rv = param(), param(0.5, 1.5)
+    sm = [x.float().mean(dim=(0, 2, 3)) for x in xs]
+    si = [1.0 / torch.sqrt(x.float().var(dim=(0, 2, 3), unbiased=False) + EPS) for x in xs]
+    outs = [torch.empty_like(x) for x in xs]
+    dys = [data() for _ in range(sets)] if direction == "B" else []
+    p4 = (1, c, 1, 1)
+
+    def pv(t):  # a (C,) tensor as the (1, C, 1, 1) parameter miopy expects (same memory)
+        return be.wrap(t.view(p4))
+
+    if direction == "T":
+        rms = [rm.clone() for _ in range(sets)]
+        rvs = [rv.clone() for _ in range(sets)]
+        torch_us = device_us(
+            [functools.partial(F.batch_norm, x, a, v, w, b, True, 1.0, EPS) for x, a, v in zip(xs, rms, rvs)]
+        )
+        smo = [torch.empty(c, device="cuda") for _ in range(sets)]
+        sio = [torch.empty(c, device="cuda") for _ in range(sets)]
+        args = [
+            {
+                "x": be.wrap(xs[i]),
+                "y": be.wrap(outs[i]),
+                "scale": pv(w),
+                "bias": pv(b),
+                "running_mean": pv(rms[i]),
+                "running_var": pv(rvs[i]),
+                "saved_mean": pv(smo[i]),
+                "saved_inv_var": pv(sio[i]),
+            }
+            for i in range(sets)
+        ]
+
+        def check(call):
+            outs[0].fill_(float("nan"))
+            call(args[0])
+            torch.cuda.synchronize()
+            want = F.batch_norm(xs[0], None, None, w, b, True, 1.0, EPS)
+            return max(err_of(outs[0], want) / TOL[dtype], err_of(sio[0], si[0]) / TOL["fp32"] / 10)
+
+    elif direction == "I":
+        torch_us = device_us([functools.partial(F.batch_norm, x, rm, rv, w, b, False, 0.0, EPS) for x in xs])
+        args = [
+            {
+                "x": be.wrap(xs[i]),
+                "y": be.wrap(outs[i]),
+                "scale": pv(w),
+                "bias": pv(b),
+                "estimated_mean": pv(rm),
+                "estimated_var": pv(rv),
+            }
+            for i in range(sets)
+        ]
+
+        def check(call):
+            outs[0].fill_(float("nan"))
+            call(args[0])
+            torch.cuda.synchronize()
+            return err_of(outs[0], F.batch_norm(xs[0], rm, rv, w, b, False, 0.0, EPS)) / TOL[dtype]
+
+    else:
+        nbb = torch.ops.aten.native_batch_norm_backward
+        torch_us = device_us(
+            [
+                functools.partial(nbb, dy, x, w, rm, rv, m, i, True, EPS, [True, True, True])
+                for dy, x, m, i in zip(dys, xs, sm, si)
+            ]
+        )
+        dws = [torch.empty(c, device="cuda") for _ in range(sets)]
+        dbs = [torch.empty(c, device="cuda") for _ in range(sets)]
+        args = [
+            {
+                "x": be.wrap(xs[i]),
+                "dy": be.wrap(dys[i]),
+                "scale": pv(w),
+                "saved_mean": pv(sm[i]),
+                "saved_inv_var": pv(si[i]),
+                "dx": be.wrap(outs[i]),
+                "dscale": pv(dws[i]),
+                "dbias": pv(dbs[i]),
+            }
+            for i in range(sets)
+        ]
+
+        def check(call):
+            outs[0].fill_(float("nan"))
+            call(args[0])
+            torch.cuda.synchronize()
+            dx, dw, db = nbb(dys[0], xs[0], w, rm, rv, sm[0], si[0], True, EPS, [True, True, True])
+            scale = max(1.0, dw.abs().max().item())
+            return max(
+                err_of(outs[0], dx) / TOL[dtype],
+                err_of(dws[0] / scale, dw / scale) / 1e-3,
+                err_of(dbs[0] / scale, db / scale) / 1e-3,
+            )
+
+    ours = best_of_ours(handle, problem, args, check)
+    name = {"T": "bn train fwd", "I": "bn infer fwd", "B": "bn bwd"}[direction]
+    return {"case": f"{name} {c}x{hw}x{hw} {layout}", "bytes": problem.bytes(), "torch_us": torch_us, **ours}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="fp16,fp32")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--shapes", type=int, default=len(BN_SHAPES), help="first N ResNet-50 shapes")
+    args = ap.parse_args()
+    handle = Handle("cuda")
+    print(
+        f"device: {handle.info.name}, {handle.info.compute_units} SMs; torch {torch.__version__}", flush=True
+    )
+    big = copy_rate(1 << 30)
+    print(f"device-to-device copy of 1 GiB: {big / 1e3:.0f} GB/s (read + write)", flush=True)
+    print(
+        f"{'case':40s} {'dtype':5s} {'MB':>7s} {'torch us':>9s} {'%copy':>6s} "
+        f"{'miopy us':>9s} {'%copy':>6s}  solver"
+    )
+    results, wrong = [], []
+    for dtype in args.dtypes.split(","):
+        for c, hw in BN_SHAPES[: args.shapes]:
+            for direction in ("T", "I", "B"):
+                row = bn_case(handle, dtype, c, hw, direction)
+                row.update(dtype=dtype, copy_big=big)
+                best = row["best"]
+                torch_pct = 100 * row["bytes"] / row["torch_us"] / big
+                if best is None:
+                    wrong.append(row)
+                    print(f"{row['case']:40s} {dtype:5s} WRONG: {row['all']}", flush=True)
+                    continue
+                pct = 100 * row["bytes"] / best["us"] / big
+                row.update(torch_pct=torch_pct, miopy_pct=pct)
+                print(
+                    f"{row['case']:40s} {dtype:5s} {row['bytes'] / 1e6:7.1f} {row['torch_us']:9.1f} "
+                    f"{torch_pct:6.1f} "
+                    f"{best['us']:9.1f} {pct:6.1f}  {best['solver']}",
+                    flush=True,
+                )
+                results.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Batch norm on a CUDA GPU against the NumPy reference: the vectorised rows / columns kernels at
+ResNet-like shapes (several chunks per key), large means, and base pointers that are not 16-byte
+aligned (which must fall back to scalar access)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from miopy import backends
+from miopy.engine.candidates import make_solution
+from miopy.problem.bnorm import BatchNormProblem
+from miopy.reference import bnorm as ref
+from miopy.reference.common import rms_range, view
+from miopy.solvers import SOLVERS
+from miopy.tensor import TensorDesc, from_storage
+
+_WHY = backends.unavailable_reason("cuda")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
+TOL = {"FP32": 2e-6, "FP16": 8.2e-3, "BF16": 6.6e-2}
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from miopy.handle import Handle
+
+    return Handle("cuda")
+
+
+def _check(handle, problem, rng, offset=0.0, tol=None, misalign=False):
+    ran = 0
+    for solver in SOLVERS["bnorm"]:
+        if solver.is_applicable(handle, problem) is not None:
+            continue
+        bufs = ref.random_buffers(problem, rng, offset)
+        want = ref.reference(problem, bufs)
+        sol = make_solution(handle, problem, solver)
+        if misalign:
+            import cupy as cp
+
+            dev = {}
+            for role, host in bufs.items():
+                raw = cp.zeros(host.size + 1, dtype=host.dtype)
+                raw[1:] = cp.asarray(host)
+                dev[role] = raw[1:]
+            sol.run(handle, dev)
+            bufs = {r: cp.asnumpy(a) for r, a in dev.items()}
+        else:
+            sol.run(handle, bufs)
+        t = problem.tensors()
+        for role, w in want.items():
+            got = from_storage(view(bufs[role], t[role]), t[role].dtype)
+            limit = tol or TOL[t[role].dtype.value]
+            err = rms_range(got, w)
+            assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
+        ran += 1
+    return ran
+
+
+@pytest.mark.parametrize(
+    "dtype, pdtype, layout",
+    [("fp16", "fp32", "NHWC"), ("fp32", "fp32", "NCHW"), ("bf16", "fp32", "NHWC"), ("fp16", "fp16", "NCHW")],
+)
+@pytest.mark.parametrize("direction", ["T", "I", "B"])
+def test_resnet_like_shapes(cuda, dtype, pdtype, layout, direction):
+    rng = np.random.default_rng(5)
+    x = TensorDesc(dtype, (8, 64, 28, 28), layout=layout)
+    p = BatchNormProblem(
+        "SPATIAL", direction, x, param_dtype=pdtype, save=direction != "I", running=direction == "T"
+    )
+    assert _check(cuda, p, rng) == 2
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_large_mean_and_per_activation(cuda, layout):
+    rng = np.random.default_rng(9)
+    x = TensorDesc("fp32", (16, 32, 14, 14), layout=layout)
+    for d in ("T", "B"):
+        p = BatchNormProblem("SPATIAL", d, x, save=d == "T", running=d == "T")
+        assert _check(cuda, p, rng, offset=1000.0, tol=1e-5) == 2
+        q = BatchNormProblem(
+            "PER_ACTIVATION", d, TensorDesc("fp16", (64, 16, 7, 9), layout=layout), save=False
+        )
+        assert _check(cuda, q, rng) == 2
+
+
+def test_misaligned_views_fall_back(cuda):
+    rng = np.random.default_rng(2)
+    for layout in ("NCHW", "NHWC"):
+        x = TensorDesc("fp16", (4, 32, 8, 8), layout=layout)
+        for d in ("T", "B"):
+            p = BatchNormProblem("SPATIAL", d, x, save=False, running=False)
+            assert _check(cuda, p, rng, misalign=True) == 2
