@@ -23,9 +23,11 @@ if [ "$need" = 1 ]; then
     echo "$hash $extras" >"$stamp"
 fi
 case ",$extras," in *",dev,"*)
-    # The torch tests need PyTorch; the CPU-only wheel (~190 MB, ~2 min) rather than PyPI's CUDA one.
+    # The torch tests need PyTorch. This exact version resolves to the CPU-only wheel that the
+    # machine image keeps in pip's find-links folder (~190 MB); a looser pin would pull PyPI's
+    # CUDA build with several GB of dependencies.
     if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-        .venv/bin/python -m pip install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu \
+        .venv/bin/python -m pip install -q "torch==2.13.0" \
             2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; } ||
             echo "PyTorch (CPU) did not install: the torch tests will be skipped" >&2
     fi ;;
