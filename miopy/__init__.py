@@ -12,8 +12,11 @@ from miopy.errors import (
     UnsupportedOp,
 )
 from miopy.handle import Handle
+from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.problem.base import Problem
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.problem.passes import Pass
+from miopy.problem.pooling import IndexMode, IndexType, PoolingDesc, PoolingMode, PoolingProblem
 from miopy.solution import InvokeArgs, KernelSpec, Program, Solution
 from miopy.tensor import DataType, TensorDesc
 
@@ -32,6 +35,15 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "ActivationDesc",
+    "ActivationMode",
+    "ActivationProblem",
+    "IndexMode",
+    "IndexType",
+    "Pass",
+    "PoolingDesc",
+    "PoolingMode",
+    "PoolingProblem",
     "AllocFailed",
     "BackendUnavailable",
     "BadParm",
