@@ -114,19 +114,28 @@ KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
 #define ACTIV_SHAPE_ARGS int N, int C, int D, int H, int W
 #define ACTIV_STRIDES(t) i64 t##n, i64 t##c, i64 t##d, i64 t##h, i64 t##w
 #define ACTIV_OFFSET(t) (n * t##n + c * t##c + d * t##d + h * t##h + w * t##w)
-#define ACTIV_DECOMPOSE                       \
-    i64 r = i;                                \
-    const i64 w = r % W; r /= W;              \
-    const i64 h = r % H; r /= H;              \
-    const i64 d = r % D; r /= D;              \
-    const i64 c = r % C;                      \
-    const i64 n = r / C;
+/* ACTIV_IDX32: the element count fits 32 bits, so the strided kernels' arithmetic can too */
+#ifndef ACTIV_IDX32
+#define ACTIV_IDX32 0
+#endif
+#if ACTIV_IDX32
+typedef u32 aidx_t;
+#else
+typedef i64 aidx_t;
+#endif
+#define ACTIV_DECOMPOSE                                   \
+    aidx_t r = i;                                         \
+    const i64 w = (i64)(r % (aidx_t)W); r /= (aidx_t)W;   \
+    const i64 h = (i64)(r % (aidx_t)H); r /= (aidx_t)H;   \
+    const i64 d = (i64)(r % (aidx_t)D); r /= (aidx_t)D;   \
+    const i64 c = (i64)(r % (aidx_t)C);                   \
+    const i64 n = (i64)(r / (aidx_t)C);
 
 KERNEL void activ_fwd_strided(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, ACTIV_SHAPE_ARGS,
                               ACTIV_STRIDES(x), ACTIV_STRIDES(y), int mode, float a, float b, float g)
 {
-    const i64 total = (i64)N * C * D * H * W;
-    for(i64 i = GLOBAL_ID0; i < total; i += GLOBAL_SIZE0)
+    const aidx_t total = (aidx_t)N * C * D * H * W;
+    for(aidx_t i = (aidx_t)GLOBAL_ID0; i < total; i += (aidx_t)GLOBAL_SIZE0)
     {
         ACTIV_DECOMPOSE
         STORE(y, ACTIV_OFFSET(y), activ_fwd(LOAD(x, ACTIV_OFFSET(x)), MODE, a, b, g));
@@ -138,8 +147,8 @@ KERNEL void activ_bwd_strided(const GLOBAL data_t* RESTRICT x, const GLOBAL data
                               ACTIV_SHAPE_ARGS, ACTIV_STRIDES(x), ACTIV_STRIDES(y), ACTIV_STRIDES(g),
                               ACTIV_STRIDES(o), int mode, float a, float b, float g)
 {
-    const i64 total = (i64)N * C * D * H * W;
-    for(i64 i = GLOBAL_ID0; i < total; i += GLOBAL_SIZE0)
+    const aidx_t total = (aidx_t)N * C * D * H * W;
+    for(aidx_t i = (aidx_t)GLOBAL_ID0; i < total; i += (aidx_t)GLOBAL_SIZE0)
     {
         ACTIV_DECOMPOSE
         const float xs = ACTIV_BWD_X ? LOAD(x, ACTIV_OFFSET(x)) : 0.0f;

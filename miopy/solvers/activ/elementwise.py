@@ -12,7 +12,7 @@ from miopy.problem.activation import ActivationProblem
 from miopy.problem.passes import Pass
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import grid_1d, specialize
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
 
 VEC_BYTES = 16
 
@@ -61,6 +61,8 @@ class _Activ(Solver):
     def _spec(self, ctx, problem: ActivationProblem, kernel: str, work: int) -> KernelSpec:
         global_size, local_size = grid_1d(work)
         defines = {"MIOPY_DTYPE": problem.dtype.code}
+        if not self.packed and work + MAX_GROUPS * LOCAL < 2**31:
+            defines["ACTIV_IDX32"] = 1
         if specialize(ctx):
             defines["ACTIV_MODE"] = int(problem.desc.mode)
         return KernelSpec("activ", kernel, defines, global_size, local_size)
