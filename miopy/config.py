@@ -42,13 +42,17 @@ def backend() -> str:
 
 
 def log_level() -> int:
+    """MIOpen's 0..7; anything else is refused like every other bad knob."""
     value = _env("LOG_LEVEL")
     if value is None:
         return 0
     try:
-        return int(value)
+        level = int(value.strip())
     except ValueError:
         raise bad("MIOPY_LOG_LEVEL", value, "expected an integer 0..7") from None
+    if not 0 <= level <= 7:
+        raise bad("MIOPY_LOG_LEVEL", value, "expected an integer 0..7")
+    return level
 
 
 def enable_logging_cmd() -> bool:

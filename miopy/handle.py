@@ -24,6 +24,7 @@ class Handle:
     def __init__(self, backend: str | None = None, device: int = 0):
         if backend is not None and not isinstance(backend, str):
             raise bad("backend", backend, "expected auto, cuda or opencl")
+        config.log_level()  # a bad MIOPY_LOG_LEVEL is refused here, like every other bad knob
         name = (backend or config.backend()).lower()
         self.backend = backends.create(name, device)
         self.info = self.backend.info

@@ -33,8 +33,8 @@ def setup() -> None:
     try:
         level = config.log_level()
     except Exception:
-        level = 0
-    logger.setLevel(_LEVELS.get(max(0, min(level, 7)), logging.WARNING))
+        level = 0  # refused where a command starts (Handle(), the driver), not at import
+    logger.setLevel(_LEVELS[level])
     if not logger.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("miopy %(levelname)s [%(name)s] %(message)s"))
@@ -55,3 +55,23 @@ def warn_once(log: logging.Logger, message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         log.warning(message)
+
+
+def warn_once_per_user(log: logging.Logger, topic: str, message: str) -> None:
+    """Warn once per user (and ``topic``, e.g. a device's DB name) across processes: a marker
+    file under the user DB folder remembers it. Without a writable folder, once per process."""
+    import hashlib
+
+    if message in _warned:
+        return
+    _warned.add(message)
+    marker = config.user_db_dir() / ".warned" / hashlib.sha256(topic.encode()).hexdigest()[:24]
+    try:
+        if marker.exists():
+            log.info(message)
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(topic + "\n")
+    except OSError:
+        pass
+    log.warning(message + " (shown once per user and device)")

@@ -57,8 +57,10 @@ class KernelCache:
         if self._dbs is None:
             system = config.system_db_dir() / f"{self.db_basename}.kdb"
             if not system_file_present(system):
-                log.warn_once(
-                    _log, f"Missing system database file: {self.db_basename}.kdb Performance may degrade"
+                log.warn_once_per_user(
+                    _log,
+                    f"kdb {self.db_basename} {self.backend_name}",
+                    f"Missing system database file: {self.db_basename}.kdb Performance may degrade",
                 )
             user = config.cache_dir() / f"{self.db_basename}.{self.backend_name}.ukdb"
             self._dbs = (

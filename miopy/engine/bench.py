@@ -82,4 +82,24 @@ def compile_all(handle, solutions: list[Solution]) -> list[Solution]:
 
     workers = max(1, min(os.cpu_count() or 1, 16, len(solutions)))
     with ThreadPoolExecutor(workers) as pool:
-        return [s for s in pool.map(build, solutions) if s is not None]
+        built = list(progress(pool.map(build, solutions), len(solutions), "miopy compiling", "solution"))
+    return [s for s in built if s is not None]
+
+
+def progress(items, total: int, desc: str, unit: str):
+    """A progress bar on a terminal for long steps (compiling, timing), the items unchanged
+    otherwise; also logged at info level every 10%."""
+    import sys
+
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None and sys.stderr.isatty() and total > 1:
+        yield from tqdm(items, total=total, desc=desc, unit=unit, leave=False)
+        return
+    step = max(1, total // 10)
+    for i, item in enumerate(items, 1):
+        if total > 1 and (i % step == 0 or i == total):
+            _log.info("%s: %d/%d %ss", desc, i, total, unit)
+        yield item

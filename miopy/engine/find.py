@@ -116,7 +116,7 @@ def _full_find(
     # one set of buffers for every candidate: its workspace is the largest any of them needs
     prepared = bench.device_args(handle, max(candidates, key=lambda s: s.workspace), tensors)
     timed = []
-    for solution in candidates:
+    for solution in bench.progress(candidates, len(candidates), "miopy find: timing", "solution"):
         solution = solution.with_time(bench.median_time(handle, solution, prepared))
         _log.info("find: %s %.4f ms (workspace %d)", solution.solver, solution.time_ms, solution.workspace)
         timed.append(solution)

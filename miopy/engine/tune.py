@@ -4,7 +4,6 @@ perf DB. The search strategy is pluggable; exhaustive is the default (MIOpen's).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -36,12 +35,8 @@ def exhaustive(configs: list[dict], measure: Callable[[dict], float | None]) -> 
 
 
 def _progress(items: list) -> Iterable:
-    """A progress bar on a terminal, nothing otherwise."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc="miopy tuning", unit="config", disable=not sys.stderr.isatty(), leave=False)
+    """A progress bar on a terminal, info-level log lines otherwise."""
+    return bench.progress(items, len(items), "miopy tuning", "config")
 
 
 STRATEGIES: dict[str, SearchStrategy] = {"exhaustive": exhaustive}
@@ -113,4 +108,26 @@ def tune(
         results[solver.name] = best
         handle.perf_db.store(view.key(), solver.name, best[0], primitive=problem.primitive)
         _log.info("tuned %s: %s %.4f ms", solver.name, best[0], best[1])
+    if results:
+        _update_find_record(handle, problem, solvers, results)
     return results
+
+
+def _update_find_record(handle, problem: Problem, solvers: list[Solver], results: dict) -> None:
+    """The find record ranked the old configs: give each tuned solver its new config and time
+    (device medians, as find's), so that find in any mode answers with what tuning found."""
+    from miopy.db.find_db import FindRecord
+
+    records = handle.find_db.load(problem.key(), primitive=problem.primitive)
+    if not records:
+        return
+    by_name = {s.name: s for s in solvers}
+    kept = [r for r in records if r.solver not in results]
+    for name, (cfg, ms) in results.items():
+        try:
+            solution = make_solution(handle, problem, by_name[name], cfg)
+        except MiopyError:
+            continue
+        kept.append(FindRecord(name, float(ms), int(solution.workspace), solution.algorithm, dict(cfg)))
+    kept.sort(key=lambda r: r.time_ms)
+    handle.find_db.store(problem.key(), kept, primitive=problem.primitive)
