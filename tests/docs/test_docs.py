@@ -61,3 +61,11 @@ def test_no_page_points_outside_the_repository():
     for page in PAGES:
         text = page.read_text()
         assert "../shared" not in text and "/work/" not in text, page.name
+
+
+def test_driver_page_covers_every_subcommand():
+    from miopy.driver.cli import SUBCOMMANDS
+
+    text = (ROOT / "docs" / "driver.md").read_text()
+    missing = [name for name in SUBCOMMANDS if f"`{name}`" not in text]
+    assert not missing, f"docs/driver.md lacks {missing}"
