@@ -74,4 +74,4 @@ def warn_once_per_user(log: logging.Logger, topic: str, message: str) -> None:
         marker.write_text(topic + "\n")
     except OSError:
         pass
-    log.warning(message + " (shown once per user and device)")
+    log.warning(message)
