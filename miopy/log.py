@@ -70,8 +70,10 @@ def warn_once_per_user(log: logging.Logger, topic: str, message: str) -> None:
         if marker.exists():
             log.info(message)
             return
-        marker.parent.mkdir(parents=True, exist_ok=True)
+        from miopy.db.trust import private_dir
+
+        private_dir(marker.parent)  # 0700 like the DB folders (a world-writable one is not trusted)
         marker.write_text(topic + "\n")
-    except OSError:
+    except Exception:  # OSError, or a folder that is not the user's: warn, remember in-process
         pass
     log.warning(message)
