@@ -14,6 +14,7 @@ checks; plain buffers only the size check. Every refusal is BadParm saying what 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,23 @@ def check_device(obj: Any, desc: TensorDesc | None, field: str) -> None:
         shape = tuple(shape)
     except TypeError:
         return
+    if len(shape) > 1 and shape == tuple(desc.lens) and _element_strides(obj) == tuple(desc.strides):
+        shape = (int(math.prod(shape)),)  # logical shape with the descriptor's strides (torch channels_last)
     check_typed(dtype, shape, desc, field)
+
+
+def _element_strides(obj: Any) -> tuple[int, ...] | None:
+    """Strides in elements: torch's ``stride()``, CuPy's byte ``strides`` over the item size."""
+    try:
+        stride = getattr(obj, "stride", None)
+        if callable(stride):
+            return tuple(int(v) for v in stride())
+        strides, itemsize = getattr(obj, "strides", None), getattr(obj, "itemsize", None)
+        if strides is not None and itemsize:
+            return tuple(int(v) // int(itemsize) for v in strides)
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    return None
 
 
 __all__ = ["check_device", "check_host", "check_typed", "memory_shape"]

@@ -101,3 +101,9 @@ def find_only_solvers() -> list[str] | None:
 
 def disable_find_db() -> bool:
     return _flag("DEBUG_DISABLE_FIND_DB")
+
+
+def bench_flush_l2() -> bool:
+    """MIOPY_BENCH_FLUSH_L2: find, tuning and the driver evict the L2 cache before each timed run
+    (off by default: back-to-back runs, as a network runs them)."""
+    return _flag("BENCH_FLUSH_L2")

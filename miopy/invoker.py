@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from miopy.errors import BadParm
-from miopy.solution import Gemm, InvokeArgs, KernelSpec, Launch, Program, Scalar, Tensor, Workspace
+from miopy.solution import Call, Gemm, InvokeArgs, KernelSpec, Launch, Program, Scalar, Tensor, Workspace
 
 
 def _resolve(arg: Any, args: InvokeArgs) -> Any:
@@ -51,8 +51,12 @@ class ProgramInvoker:
                 )
             elif isinstance(step, Gemm):
                 self._launches.append((None, step, [], (), (), 0))
+            elif isinstance(step, Call):
+                template = list(step.args)
+                slots = [i for i, a in enumerate(template) if isinstance(a, (Tensor, Workspace, Scalar))]
+                self._launches.append((step.method, template, slots, (), (), 0))
             else:
-                raise BadParm(f"step={type(step).__name__}: not a Launch or a Gemm")
+                raise BadParm(f"step={type(step).__name__}: not a Launch, a Gemm or a Call")
 
     def __call__(self, args: InvokeArgs) -> None:
         backend = self.backend
@@ -84,7 +88,9 @@ class ProgramInvoker:
             call_args = list(what)
             for i in slots:
                 call_args[i] = _resolve(what[i], args)
-            if shared_mem:
+            if isinstance(kernel, str):  # a Call: the backend method's name
+                getattr(backend, kernel)(*call_args)
+            elif shared_mem:
                 backend.launch(kernel, global_size, local_size, call_args, shared_mem=shared_mem)
             else:
                 backend.launch(kernel, global_size, local_size, call_args)

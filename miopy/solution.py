@@ -115,7 +115,16 @@ class Gemm:
     stride_c: int = 0
 
 
-Step = Launch | Gemm
+@dataclass(frozen=True)
+class Call:
+    """A library call through the backend: ``backend.<method>(*args)``, with Tensor, Workspace and
+    Scalar arguments resolved like a Launch's (e.g. a cuBLASLt product, ``lt_matmul``)."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+Step = Launch | Gemm | Call
 
 
 def _rename(arg: Any, roles: Mapping[str, str]) -> Any:
@@ -150,7 +159,7 @@ class Program:
             return self
         steps: list[Step] = []
         for step in self.steps:
-            if isinstance(step, Launch):
+            if isinstance(step, (Launch, Call)):
                 steps.append(dataclasses.replace(step, args=tuple(_rename(a, roles) for a in step.args)))
             else:
                 steps.append(
@@ -225,6 +234,7 @@ class Solution:
 
 
 __all__ = [
+    "Call",
     "Gemm",
     "InvokeArgs",
     "KernelSpec",

@@ -3,7 +3,9 @@
 # cuda-bindings, torch, numpy, pytest (pyopencl only if its wheels are carried in .whl/).
 # Runs the GPU tests, the backend tests and a few miopy-driver lines; a failing step is reported
 # and the rest still run; a summary ends the output, which goes to $OUT/gpu-check.log too when
-# $OUT is set. Budget: GPU_CHECK_BUDGET seconds in all (default 420).
+# $OUT is set. Budget: GPU_CHECK_BUDGET seconds in all (default 540).
+# GPU_CHECK_STEPS (a grep -E pattern) runs only the steps whose names match, e.g. "bench|host".
+# GPU_CHECK_BENCH: arguments of benchmarks/conv.py (default: fp16 NHWC, every layer and direction).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1
@@ -36,6 +38,9 @@ results=()
 step() {  # step NAME TIMEOUT_S COMMAND...
     local name="$1" limit="$2"
     shift 2
+    if [ -n "${GPU_CHECK_STEPS:-}" ] && ! grep -qE "$GPU_CHECK_STEPS" <<<"$name"; then
+        return
+    fi
     local left=$((budget - SECONDS))
     if [ "$left" -lt 15 ]; then
         names+=("$name"); results+=("SKIPPED (budget spent)")
@@ -115,6 +120,11 @@ fi
 # Find on ResNet-50 layers (batch 32), every applicable solver timed, cuDNN beside it.
 step "find report fp32" 120 env MIOPY_FIND_MODE=NORMAL python3 scripts/find_report.py --backend cuda --dtype fp32
 step "find report fp16" 120 env MIOPY_FIND_MODE=NORMAL python3 scripts/find_report.py --backend cuda --dtype fp16
+# Host time per call, and the side-by-side benchmark against cuDNN (README: "Benchmarks").
+step "host time per call (benchmarks/host_overhead.py)" 90 python3 benchmarks/host_overhead.py --calls 1000
+# shellcheck disable=SC2086
+step "bench conv vs cuDNN (benchmarks/conv.py)" 400 python3 benchmarks/conv.py \
+    ${GPU_CHECK_BENCH:---dtypes fp16} ${OUT:+--json "$OUT/bench-conv.json"}
 
 echo
 echo "== summary (${SECONDS}s)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,49 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def time_ms(self, fn: Callable[[], None], runs: int) -> list[float]:
         """Device-event time of each of ``runs`` calls of ``fn`` (which only enqueues work)."""
+
+    def device_time_ms(self, fn: Callable[[], None], runs: int, flush_l2: bool = False) -> float:
+        """The device time (ms) of one call of ``fn``, as the device sees it: ``runs`` calls run
+        back to back with the queue kept full, so the host's cost of enqueueing them is not
+        counted. ``flush_l2`` evicts the cache between calls (and then times each on its own).
+
+        This default suits backends whose ``time_ms`` already reads per-kernel profiling events
+        (OpenCL): the median of ``runs`` such times."""
+        return float(statistics.median(self.time_ms(fn, max(1, runs))))
+
+    # ---- prepared calls: the per-call host cost ---------------------------------------------------
+    # A prepared call is a function of no arguments that enqueues one launch (or library call)
+    # whose arguments were all converted once; ``run_prepared`` enqueues a list of them on the
+    # backend's current queue. Backends with a cheaper launch path override these.
+    def prepare_launch(
+        self,
+        kernel: Any,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...],
+        args: list[Any],
+        shared_mem: int = 0,
+    ) -> Callable[[], None]:
+        args = list(args)
+        if shared_mem:
+            return lambda: self.launch(kernel, global_size, local_size, args, shared_mem=shared_mem)
+        return lambda: self.launch(kernel, global_size, local_size, args)
+
+    def prepare_gemm(self, *args: Any, **kwargs: Any) -> Callable[[], None]:
+        return lambda: self.gemm(*args, **kwargs)
+
+    def finish_prepared(self, calls: list[Callable[[], None]]) -> list[Callable[[], None]]:
+        """The recorded calls of one run, in the form to replay them (CUDA captures a graph)."""
+        return calls
+
+    def run_prepared(self, calls: list[Callable[[], None]]) -> None:
+        for call in calls:
+            call()
+
+    def fast_key(self, obj: Any) -> Any:
+        """A cheap hashable identity of a device array of this backend (its address, shape,
+        strides and type: what its extent depends on), or None when ``obj`` has none (NumPy
+        arrays, unknown objects). Prepared calls are cached by these keys."""
+        return None
 
     # ---- library calls (optional) -------------------------------------------------------------
     def gemm(

@@ -8,17 +8,26 @@ CUDA toolkit (``CUDA_PATH``) or ``/usr/local/cuda``.
 ``compile_cubin`` needs neither a GPU nor CuPy, so CI builds every kernel on machines without one.
 Importing this module imports neither CuPy nor NVRTC; both load on first use.
 
-Work goes to the legacy default stream, so it is ordered with what PyTorch and CuPy do on theirs
-(their defaults) without any extra synchronisation when tensors are shared zero-copy."""
+Work goes to the backend's stream: the legacy default stream unless ``set_stream`` picks another,
+or ``follow_stream("torch"|"cupy")`` makes every run use that framework's current stream. The
+legacy default stream is ordered with what PyTorch and CuPy do on their default streams without
+any extra synchronisation when tensors are shared zero-copy.
+
+Per-call host cost: ``prepare_launch`` / ``prepare_gemm`` turn a launch or a GEMM into a call
+whose arguments were converted once (``cuLaunchKernel`` through ctypes, our own cuBLAS handle whose
+modes are set once); the handle caches these per (solution, buffers)."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import importlib.util
 import os
 import re
+import statistics
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +37,7 @@ import numpy as np
 from miopy import log
 from miopy.backends.base import KERNEL_ROOT, DeviceInfo
 from miopy.backends.base import Backend as BackendBase
-from miopy.errors import AllocFailed, BackendUnavailable, CompileError, bad
+from miopy.errors import AllocFailed, BackendUnavailable, CompileError, InternalError, bad
 from miopy.tensor import DataType
 
 _log = log.get("miopy.backends.cuda")
@@ -205,6 +214,37 @@ def _target_for(major: int, minor: int) -> str:
     return f"compute_{max(older)}"
 
 
+# ---- the driver API through ctypes: the cheapest launch Python has --------------------------------
+@functools.cache
+def _libcuda() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    lib.cuLaunchKernel.restype = ctypes.c_int
+    return lib
+
+
+_CUDA_ERROR_INVALID_CONTEXT = 201
+
+# The spin kernel holds the stream while the host enqueues the runs to time, so the device then
+# runs them back to back however slow the host is (globaltimer counts nanoseconds).
+_SPIN_SOURCE = r"""
+extern "C" __global__ void miopy_spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
+_SPIN_MAX_NS = 200_000_000
+
+
+def _c_scalar(value: np.generic) -> ctypes.Array:
+    """A kernel argument passed by value: the scalar's own bytes."""
+    raw = np.asarray(value).tobytes()
+    return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
+
+
 # ---- CuPy, loaded on first use ------------------------------------------------------------------
 @functools.cache
 def _cupy_or_reason() -> tuple[Any, str | None]:
@@ -238,9 +278,7 @@ def _unavailable_reason() -> str | None:
 
 
 _CUDA_TYPES = {DataType.FP32: 0, DataType.FP16: 2, DataType.BF16: 14}  # cudaDataType_t: R_32F, R_16F, R_16BF
-_CUBLAS_COMPUTE_32F = 68
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_CUBLAS_GEMM_DEFAULT = -1
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13  # DLPack device types
 
 
@@ -290,8 +328,70 @@ class Backend(BackendBase):
             max_dynamic_shared=int(props.get("sharedMemPerBlockOptin", props["sharedMemPerBlock"])),
         )
         self._dynamic_shared: dict[int, int] = {}  # kernel handle -> dynamic shared memory allowed
+        self.l2_bytes = int(props.get("l2CacheSize", 0) or 0)
         self._modules: dict[bytes, Any] = {}
         self._lock = threading.Lock()
+        self._sptr = 0  # the stream's handle, read by every prepared call
+        self._c_sptr = ctypes.c_void_p(0)
+        # A lone kernel launch replays as a graph too when this is set (see finish_prepared).
+        self.graph_single_launch = False
+        self._multi_gpu = count > 1
+        self._follow: str | None = None
+        self._keyers: dict[type, Callable[[Any], Any]] = {}
+        self._cublas_handle: int | None = None
+        self._cublas_stream: int | None = None
+        self._spin: Any = None
+        self._flush_buf: Any = None
+
+    # ---- streams ------------------------------------------------------------------------------
+    def set_stream(self, stream: Any) -> None:
+        """Enqueue on ``stream`` from now on: a CuPy or PyTorch stream, a raw ``cudaStream_t``
+        (int), or None for the legacy default stream. Stops following a framework's stream."""
+        self._follow = None
+        self._use_stream(stream)
+
+    def follow_stream(self, framework: str | None) -> None:
+        """``"torch"`` or ``"cupy"``: every run enqueues on that framework's current stream (read
+        at each run); None: stay on the stream set last."""
+        if framework not in (None, "torch", "cupy"):
+            raise bad("framework", framework, "expected torch, cupy or None")
+        if framework == "torch":
+            import torch
+
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                self._current = lambda: int(raw(self.device_id))
+            else:
+                self._current = lambda: int(torch.cuda.current_stream(self.device_id).cuda_stream)
+        elif framework == "cupy":
+            cp = self._cp
+            self._current = lambda: int(cp.cuda.get_current_stream().ptr)
+        self._follow = framework
+        if framework is not None:
+            self._use_stream(self._current())
+
+    def _use_stream(self, stream: Any) -> None:
+        cp = self._cp
+        if stream is None:
+            ptr = 0
+        elif isinstance(stream, int):
+            ptr = int(stream)
+        elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+            ptr = int(stream.cuda_stream)
+        elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+            ptr = int(stream.ptr)
+        else:
+            raise bad("stream", type(stream).__name__, "expected a CuPy or PyTorch stream, an int or None")
+        if ptr == self._sptr and self.stream is not None:
+            return
+        self.stream = cp.cuda.Stream.null if ptr == 0 else cp.cuda.ExternalStream(ptr, self.device_id)
+        self._sptr = ptr
+        self._c_sptr = ctypes.c_void_p(ptr)
+
+    def _refresh_stream(self) -> None:
+        ptr = self._current()
+        if ptr != self._sptr:
+            self._use_stream(ptr)
 
     # ---- memory -------------------------------------------------------------------------------
     def _ptr(self, buffer: Any) -> int:
@@ -444,14 +544,9 @@ class Backend(BackendBase):
         with self._lock:
             self._dynamic_shared[ptr] = int(nbytes)
 
-    def launch(
-        self,
-        kernel: Any,
-        global_size: tuple[int, ...],
-        local_size: tuple[int, ...],
-        args: list[Any],
-        shared_mem: int = 0,
-    ) -> None:
+    def _geometry(
+        self, global_size: tuple[int, ...], local_size: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if len(global_size) != len(local_size) or not 1 <= len(global_size) <= 3:
             raise bad("global_size", global_size, f"needs 1 to 3 dims, like local_size {local_size}")
         grid = []
@@ -460,7 +555,17 @@ class Backend(BackendBase):
                 raise bad("global_size", global_size, f"not a multiple of local_size {local_size}")
             grid.append(g // loc)
         block = tuple(int(v) for v in local_size) + (1,) * (3 - len(local_size))
-        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        return tuple(grid) + (1,) * (3 - len(grid)), block
+
+    def launch(
+        self,
+        kernel: Any,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...],
+        args: list[Any],
+        shared_mem: int = 0,
+    ) -> None:
+        grid3, block = self._geometry(global_size, local_size)
         kargs = [self._arg(i, a) for i, a in enumerate(args)]
         shared_mem = int(shared_mem)
         if shared_mem < 0:
@@ -469,6 +574,110 @@ class Backend(BackendBase):
             self._allow_dynamic_shared(kernel, shared_mem)
         with self.device:
             kernel(grid3, block, kargs, stream=self.stream, shared_mem=shared_mem)
+
+    def prepare_launch(
+        self,
+        kernel: Any,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...],
+        args: list[Any],
+        shared_mem: int = 0,
+    ) -> Callable[[], None]:
+        """``cuLaunchKernel`` with the argument array built once: about a microsecond a call."""
+        (gx, gy, gz), (bx, by, bz) = self._geometry(global_size, local_size)
+        shared_mem = int(shared_mem)
+        if shared_mem < 0:
+            raise bad("shared_mem", shared_mem, "must be >= 0")
+        if shared_mem > 48 * 1024:
+            self._allow_dynamic_shared(kernel, shared_mem)
+        holders = []
+        for i, a in enumerate(args):
+            value = self._arg(i, a)
+            holders.append(_c_scalar(value))
+        params = (ctypes.c_void_p * max(len(holders), 1))(*(ctypes.addressof(h) for h in holders))
+        # ctypes objects of the argument types: passed without conversion on every call
+        dims = (gx, gy, gz, bx, by, bz, shared_mem)
+        fixed = (ctypes.c_void_p(int(kernel.ptr)), *(ctypes.c_uint(v) for v in dims))
+        launch = _libcuda().cuLaunchKernel
+        backend = self
+
+        def call() -> None:
+            rc = launch(*fixed, backend._c_sptr, params, None)
+            if rc:
+                backend._launch_failed(rc, lambda: launch(*fixed, backend._c_sptr, params, None))
+
+        call.keep = (holders, params, kernel)  # type: ignore[attr-defined]
+        return call
+
+    def _launch_failed(self, rc: int, retry: Callable[[], int]) -> None:
+        if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread where CUDA was never made current
+            with self.device:
+                self._cp.cuda.runtime.free(0)  # makes the primary context current here
+            rc = retry()
+            if not rc:
+                return
+        raise InternalError(f"cuLaunchKernel failed with CUresult {rc}")
+
+    def finish_prepared(self, calls: list[Callable[[], None]]) -> list[Callable[[], None]]:
+        """Several calls, or library calls (cuBLAS, cuBLASLt: several microseconds of host work
+        each), are captured once into a CUDA graph; a run then costs one graph launch. A lone
+        kernel launch stays as it is (it costs what a graph launch costs)."""
+        if len(calls) == 1 and not getattr(calls[0], "library", False) and not self.graph_single_launch:
+            return calls
+        cp = self._cp
+        saved = self.stream, self._sptr
+        with self.device:
+            capture = cp.cuda.Stream(non_blocking=True)
+            self.stream, self._sptr, self._c_sptr = capture, int(capture.ptr), ctypes.c_void_p(capture.ptr)
+            mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", 2)
+            graph = None
+            try:
+                capture.begin_capture(mode)
+                try:
+                    for call in calls:
+                        call()
+                finally:
+                    graph = capture.end_capture()
+            except Exception as exc:  # not capturable here: keep the calls
+                _log.info("prepared calls not captured into a CUDA graph (%s)", exc)
+                return calls
+            finally:
+                self.stream, self._sptr = saved
+                self._c_sptr = ctypes.c_void_p(self._sptr)
+        backend = self
+
+        def replay() -> None:
+            graph.launch(backend.stream)
+
+        replay.keep = (graph, calls, capture)  # type: ignore[attr-defined]
+        return [replay]
+
+    def run_prepared(self, calls: list[Callable[[], None]]) -> None:
+        if self._follow is not None:
+            self._refresh_stream()
+        if self._multi_gpu and self._cp.cuda.runtime.getDevice() != self.device_id:
+            with self.device:
+                for call in calls:
+                    call()
+            return
+        for call in calls:
+            call()
+
+    def fast_key(self, obj: Any) -> Any:
+        kind = type(obj)
+        keyer = self._keyers.get(kind)
+        if keyer is None:
+            keyer = self._keyers[kind] = self._keyer_for(kind)
+        return keyer(obj)
+
+    def _keyer_for(self, kind: type) -> Callable[[Any], Any]:
+        cp = self._cp
+        if issubclass(kind, cp.ndarray):
+            return lambda a: (a.data.ptr, a.shape, a.strides, a.dtype)
+        if any(c.__module__.startswith("torch") and c.__name__ == "Tensor" for c in kind.__mro__):
+            # a CPU tensor's key is never recorded (its first run fails), so no device check here
+            return lambda t: (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        return lambda obj: None
 
     def synchronize(self) -> None:
         with self.device:
@@ -487,8 +696,101 @@ class Backend(BackendBase):
                 times.append(float(cp.cuda.get_elapsed_time(start, end)))
         return times
 
-    # ---- cuBLAS -------------------------------------------------------------------------------
-    def gemm(
+    def _hold(self, ns: float) -> None:
+        """Keep the stream busy for ``ns`` nanoseconds (the spin kernel)."""
+        if self._spin is None:
+            self._spin = self.load(self.build(_SPIN_SOURCE, "miopy_spin.cu", []), "miopy_spin")
+        ns = int(min(max(ns, 20_000), _SPIN_MAX_NS))
+        self._spin((1, 1, 1), (1, 1, 1), (np.uint64(ns),), stream=self.stream)
+
+    def flush_l2(self) -> None:
+        """Overwrite a buffer twice the size of the L2 cache on the stream (evicts what runs left)."""
+        size = 2 * max(self.l2_bytes, 32 << 20)
+        if self._flush_buf is None:
+            self._flush_buf = self.alloc(size)
+        rt = self._cp.cuda.runtime
+        rt.memsetAsync(self._ptr(self._flush_buf), 0, size, self._sptr)
+
+    def device_time_ms(self, fn: Callable[[], None], runs: int, flush_l2: bool = False) -> float:
+        """A spin kernel holds the stream while the host enqueues ``runs`` calls; then they run
+        back to back. Without ``flush_l2``: one event pair around all of them, over ``runs``.
+        With it: an L2 flush before each call, outside each call's own event pair; the median."""
+        cp = self._cp
+        runs = max(1, int(runs))
+        with self.device:
+            begin = time.perf_counter()
+            fn()  # warm-up, and the host's cost of one call
+            host_ns = (time.perf_counter() - begin) * 1e9
+            self.synchronize()
+            self._hold(runs * host_ns * 1.5 + (runs * 20_000 if flush_l2 else 0) + 100_000)
+            if not flush_l2:
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record(self.stream)
+                for _ in range(runs):
+                    fn()
+                end.record(self.stream)
+                end.synchronize()
+                return float(cp.cuda.get_elapsed_time(start, end)) / runs
+            pairs = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(runs)]
+            for start, end in pairs:
+                self.flush_l2()
+                start.record(self.stream)
+                fn()
+                end.record(self.stream)
+            pairs[-1][1].synchronize()
+            return float(statistics.median(cp.cuda.get_elapsed_time(s, e) for s, e in pairs))
+
+    # ---- cuBLASLt ------------------------------------------------------------------------------
+    def lt_matmul(self, *args: Any) -> None:
+        self.prepare_lt_matmul(*args)()
+
+    def prepare_lt_matmul(
+        self,
+        gemm: Any,
+        index: int,
+        a: Any,
+        a_offset: int,
+        b: Any,
+        b_offset: int,
+        d: Any,
+        d_offset: int,
+        workspace: Any,
+    ) -> Callable[[], None]:
+        """Candidate ``index`` of the cuBLASLt product ``gemm`` (cuda_libs.LtGemm) on these
+        buffers (offsets in bytes), as a prepared call on this backend's stream."""
+        need = gemm.algos()[index][1]
+        if need and (workspace is None or self.nbytes(workspace) < need):
+            raise bad(
+                "workspace", workspace if workspace is None else self.nbytes(workspace), f"needs {need} bytes"
+            )
+        ws = self._ptr(workspace) if need else 0
+        call = gemm.prepare(
+            index, self._ptr(a) + a_offset, self._ptr(b) + b_offset, self._ptr(d) + d_offset, ws, self
+        )
+        call.library = True  # type: ignore[attr-defined]
+        return call
+
+    # ---- cuBLAS ----------------------------------------------------------------------------------
+    def _cublas(self) -> int:
+        """Our own cuBLAS handle (through ctypes): host scalars and no TF32, set once; its stream
+        follows ours. CuPy's handle and its modes are left alone."""
+        if self._cublas_handle is None:
+            from miopy.backends import cuda_libs as libs
+
+            lib = libs.cublas()
+            with self._lock, self.device:
+                if self._cublas_handle is None:
+                    handle = ctypes.c_void_p()
+                    libs.check(lib.create(ctypes.byref(handle)), "cublasCreate")
+                    libs.check(lib.set_pointer_mode(handle, libs.POINTER_MODE_HOST), "cublasSetPointerMode")
+                    libs.check(lib.set_math_mode(handle, libs.DEFAULT_MATH), "cublasSetMathMode")
+                    self._cublas_handle = int(handle.value)
+        return self._cublas_handle
+
+    def gemm(self, *args: Any, **kwargs: Any) -> None:
+        self.prepare_gemm(*args, **kwargs)()
+
+    def prepare_gemm(
         self,
         dtype: Any,
         trans_a: bool,
@@ -509,15 +811,16 @@ class Backend(BackendBase):
         stride_a: int = 0,
         stride_b: int = 0,
         stride_c: int = 0,
-    ) -> None:
-        from cupy_backends.cuda.libs import cublas
+    ) -> Callable[[], None]:
+        """``gemm`` as a prepared call: validated and converted once, one cuBLAS call per run."""
+        from miopy.backends import cuda_libs as libs
 
         dt = DataType.parse(dtype)
         m, n, k, batch = int(m), int(n), int(k), int(batch)
         if min(m, n, k) < 0 or batch < 1:
             raise bad("gemm", (m, n, k, batch), "m, n, k must be >= 0 and batch >= 1")
         if m == 0 or n == 0:
-            return
+            return lambda: None
         size = dt.itemsize
         # Row-major (rows, cols) of each stored matrix, checked against its leading dim and buffer.
         shapes = {
@@ -538,67 +841,32 @@ class Backend(BackendBase):
                 )
             ptrs[role] = self._ptr(buf) + offset * size
         t = _CUDA_TYPES[dt]
-        alpha = np.ones((), np.float32)
-        beta = np.zeros((), np.float32)
+        scalars = (ctypes.c_float * 2)(1.0, 0.0)
+        alpha, beta = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
         # cuBLAS is column-major: a row-major X is X^T to it, so compute C^T = op(B)^T op(A)^T.
-        op_b = cublas.CUBLAS_OP_T if trans_b else cublas.CUBLAS_OP_N
-        op_a = cublas.CUBLAS_OP_T if trans_a else cublas.CUBLAS_OP_N
-        with self.device:
-            handle = self._cp.cuda.device.get_cublas_handle()
-            cublas.setStream(handle, self.stream.ptr)
-            # Host scalars, and no TF32 for fp32 (CuPy's handle may allow it): restored afterwards.
-            pointer_mode, math_mode = cublas.getPointerMode(handle), cublas.getMathMode(handle)
-            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-            cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
-            try:
-                if batch == 1:
-                    cublas.gemmEx(
-                        handle,
-                        op_b,
-                        op_a,
-                        n,
-                        m,
-                        k,
-                        alpha.ctypes.data,
-                        ptrs["b"],
-                        t,
-                        ldb,
-                        ptrs["a"],
-                        t,
-                        lda,
-                        beta.ctypes.data,
-                        ptrs["c"],
-                        t,
-                        ldc,
-                        _CUBLAS_COMPUTE_32F,
-                        _CUBLAS_GEMM_DEFAULT,
-                    )
-                else:
-                    cublas.gemmStridedBatchedEx(
-                        handle,
-                        op_b,
-                        op_a,
-                        n,
-                        m,
-                        k,
-                        alpha.ctypes.data,
-                        ptrs["b"],
-                        t,
-                        ldb,
-                        stride_b,
-                        ptrs["a"],
-                        t,
-                        lda,
-                        stride_a,
-                        beta.ctypes.data,
-                        ptrs["c"],
-                        t,
-                        ldc,
-                        stride_c,
-                        batch,
-                        _CUBLAS_COMPUTE_32F,
-                        _CUBLAS_GEMM_DEFAULT,
-                    )
-            finally:
-                cublas.setPointerMode(handle, pointer_mode)
-                cublas.setMathMode(handle, math_mode)
+        op_b = libs.OP_T if trans_b else libs.OP_N
+        op_a = libs.OP_T if trans_a else libs.OP_N
+        handle = self._cublas()
+        lib = libs.cublas()
+        pa, pb, pc = ptrs["a"], ptrs["b"], ptrs["c"]
+        if batch == 1:
+            fn = lib.gemm
+            args = (handle, op_b, op_a, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, t, ldc)
+        else:
+            fn = lib.gemm_batched
+            args = (handle, op_b, op_a, n, m, k, alpha, pb, t, ldb, stride_b, pa, t, lda, stride_a)
+            args += (beta, pc, t, ldc, stride_c, batch)
+        args += (libs.COMPUTE_32F, libs.GEMM_DEFAULT)
+        set_stream, backend = lib.set_stream, self
+
+        def call() -> None:
+            if backend._cublas_stream != backend._sptr:
+                libs.check(set_stream(handle, backend._sptr), "cublasSetStream")
+                backend._cublas_stream = backend._sptr
+            status = fn(*args)
+            if status:
+                libs.check(status, "cublasGemmEx")
+
+        call.keep = scalars  # type: ignore[attr-defined]
+        call.library = True  # type: ignore[attr-defined]
+        return call

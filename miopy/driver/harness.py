@@ -220,7 +220,7 @@ def run_case(
 ) -> bool:
     """Choose, run, time, dump and verify one case; False when verification failed. ``keep``
     receives the outputs (e.g. the index a forward pass leaves for the backward one)."""
-    from miopy.engine.bench import time_solution
+    from miopy.engine.bench import host_time_us, time_solution
 
     problem = case.problem
     descs = problem.tensors()
@@ -260,6 +260,9 @@ def run_case(
             print(f"GPU Kernel Time {case.run_name} Elapsed: {ms:f} ms (average)", file=out)
             for line in case.stats(ms) if case.stats else ():
                 print(line, file=out)
+        if not set(problem.outputs) & set(problem.inputs):  # extra runs must not change a result
+            us = host_time_us(handle, solution, device, workspace, runs=max(iters, 3))
+            print(f"Host time per call {case.run_name}: {us:.1f} us (median of {max(iters, 3)})", file=out)
     if wall:
         if wall == 2:
             solution.run(handle, device, workspace)

@@ -1,22 +1,38 @@
-"""Timing solutions on the device with events."""
+"""Timing solutions as the device sees them.
+
+Every time here is device time: ``Backend.device_time_ms`` enqueues the runs back to back behind a
+kernel that holds the stream until the host has enqueued them all, so the host's cost of a call
+(Python, argument conversion) is never in it. MIOPY_BENCH_FLUSH_L2 evicts the L2 cache before each
+run. The host's own cost per call is measured separately (``host_time_us``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from miopy import log
+from miopy import config, log
 from miopy.errors import MiopyError
 from miopy.solution import InvokeArgs, Solution
+from miopy.tensor import to_storage
 
 _log = log.get("miopy.engine.bench")
 
 # Counted so tests can tell how many solutions were benchmarked (find modes) without wall time.
 counters = {"benchmarks": 0}
+
+
+def _filler(desc) -> np.ndarray:
+    """Data to time on when the caller gives none: values in [-1, 1) of the tensor's type, a
+    random block repeated (zeros would hide work: a GEMM runs faster on them)."""
+    count = max(1, desc.nbytes // desc.dtype.itemsize)
+    block = np.random.default_rng(20240229).random(min(count, 1 << 16), dtype=np.float32) * 2 - 1
+    return np.resize(to_storage(block, desc.dtype), count)
 
 
 def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> InvokeArgs:
@@ -28,7 +44,7 @@ def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> I
     for role, desc in descs.items():
         given = None if tensors is None else tensors.get(role)
         if given is None:
-            bufs[role] = handle.backend.upload(np.zeros(desc.nbytes, dtype=np.uint8))
+            bufs[role] = handle.backend.upload(_filler(desc))
             continue
         src, host = handle.buffer(given, desc.nbytes, role, desc)
         if host is not None:
@@ -40,6 +56,19 @@ def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> I
     return InvokeArgs(bufs, workspace)
 
 
+def _with_workspace(handle, solution: Solution, args: InvokeArgs) -> InvokeArgs:
+    """The shared timing buffers, with a larger workspace when this solution needs more."""
+    need = solution.workspace
+    if need and (args.workspace is None or handle.backend.nbytes(args.workspace) < need):
+        return dataclasses.replace(args, workspace=handle.backend.alloc(need))
+    return args
+
+
+def _runs_for(estimate_ms: float, target_ms: float = 1.0, cap: int = 100) -> int:
+    """Back-to-back runs that make one sample last about ``target_ms`` on the device."""
+    return max(1, min(cap, int(target_ms / max(estimate_ms, 1e-4))))
+
+
 def time_solution(
     handle,
     solution: Solution,
@@ -47,23 +76,59 @@ def time_solution(
     runs: int = 5,
     prepared: InvokeArgs | None = None,
 ) -> list[float]:
-    """Device-event time (ms) of each of ``runs`` runs of ``solution``."""
+    """``runs`` samples of the device time (ms) of one run of ``solution``."""
     invoker = handle.prepare_invoker(solution)
-    args = prepared or device_args(handle, solution, tensors)
+    args = _with_workspace(handle, solution, prepared or device_args(handle, solution, tensors))
     counters["benchmarks"] += 1
-    return handle.backend.time_ms(lambda: invoker(args), runs)
+    backend, flush = handle.backend, config.bench_flush_l2()
+    (estimate,) = backend.time_ms(lambda: invoker(args), 1)
+    per = _runs_for(estimate)
+    return [backend.device_time_ms(lambda: invoker(args), per, flush) for _ in range(max(1, runs))]
+
+
+def average_time(handle, solution: Solution, tensors: dict[str, Any] | None, runs: int) -> float:
+    """Device time (ms) of one run of ``solution``, averaged over ``runs`` back-to-back runs
+    (the driver's ``GPU Kernel Time``). ``tensors`` are copied, never written."""
+    invoker = handle.prepare_invoker(solution)
+    args = device_args(handle, solution, tensors)
+    counters["benchmarks"] += 1
+    return handle.backend.device_time_ms(lambda: invoker(args), runs, config.bench_flush_l2())
 
 
 def median_time(
     handle, solution: Solution, prepared: InvokeArgs, runs: int = 5, budget_ms: float = 2000.0
 ) -> float:
-    """Median of up to ``runs`` timed runs after one warm-up, fewer when a run is slow (MIOpen
-    likewise caps find's runs by time)."""
+    """Median of up to ``runs`` device-time samples after one warm-up, fewer when a run is slow
+    (MIOpen likewise caps find's runs by time)."""
     invoker = handle.prepare_invoker(solution)
+    args = _with_workspace(handle, solution, prepared)
     counters["benchmarks"] += 1
-    (warm,) = handle.backend.time_ms(lambda: invoker(prepared), 1)
-    runs = max(1, min(runs, int(budget_ms / max(warm, 1e-3))))
-    return float(statistics.median(handle.backend.time_ms(lambda: invoker(prepared), runs)))
+    backend, flush = handle.backend, config.bench_flush_l2()
+    (warm,) = backend.time_ms(lambda: invoker(args), 1)  # an upper bound: it includes enqueueing
+    per = _runs_for(warm)
+    samples = max(1, min(runs, int(budget_ms / max(warm * per, 1e-3))))
+    return float(
+        statistics.median(backend.device_time_ms(lambda: invoker(args), per, flush) for _ in range(samples))
+    )
+
+
+def host_time_us(
+    handle, solution: Solution, tensors: dict[str, Any], workspace: Any = None, runs: int = 200
+) -> float:
+    """Host time (µs) of one ``solution.run`` on ``tensors`` (device arrays: the call only
+    enqueues), the median of ``runs`` calls after a warm-up; the device is drained every 50
+    calls so a full launch queue never blocks the host."""
+    solution.run(handle, tensors, workspace)
+    handle.backend.synchronize()
+    times = []
+    for i in range(runs):
+        begin = time.perf_counter()
+        solution.run(handle, tensors, workspace)
+        times.append(time.perf_counter() - begin)
+        if i % 50 == 49:
+            handle.backend.synchronize()
+    handle.backend.synchronize()
+    return float(statistics.median(times)) * 1e6
 
 
 def compile_all(handle, solutions: list[Solution]) -> list[Solution]:

@@ -102,6 +102,16 @@ def _full_find(
         raise InternalError(f"problem={problem.key()}: no applicable solver")
     if search:
         tune.tune(handle, problem, [s for s in solvers if s.tunable])
+    else:  # solvers with few candidates have them all timed unless the perf DB already knows
+        view_key = problem.solver_view().key()
+        quick = [
+            s
+            for s in solvers
+            if getattr(s, "search_in_find", False)
+            and handle.perf_db.load(view_key, s.name, problem.primitive) is None
+        ]
+        if quick:
+            tune.tune(handle, problem, quick, tensors=tensors)
     candidates = []
     for solver in solvers:
         if (

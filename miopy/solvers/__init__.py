@@ -17,6 +17,7 @@ from miopy.solvers.conv.gemm import (
     GemmWrw1x1_stride1,
     GemmWrwUniversal,
 )
+from miopy.solvers.conv.gemm_lt import GemmLtBwd1x1, GemmLtFwd1x1, GemmLtWrw1x1
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 SOLVERS: dict[str, list[Solver]] = {
     "conv": [
+        GemmLtFwd1x1(),
+        GemmLtBwd1x1(),
+        GemmLtWrw1x1(),
         GemmFwd1x1_0_1(),
         ConvIgemmFwdNhwc(),
         GemmFwdRest(),
