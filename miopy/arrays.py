@@ -100,9 +100,16 @@ def check_device(obj: Any, desc: TensorDesc | None, field: str) -> None:
         shape = tuple(shape)
     except TypeError:
         return
-    if len(shape) > 1 and shape == tuple(desc.lens) and _element_strides(obj) == tuple(desc.strides):
+    if len(shape) > 1 and shape == tuple(desc.lens) and _same_strides(_element_strides(obj), desc):
         shape = (int(math.prod(shape)),)  # logical shape with the descriptor's strides (torch channels_last)
     check_typed(dtype, shape, desc, field)
+
+
+def _same_strides(strides: tuple[int, ...] | None, desc: TensorDesc) -> bool:
+    """The descriptor's strides, ignoring axes of extent 1 (their stride is arbitrary)."""
+    if strides is None or len(strides) != len(desc.strides):
+        return False
+    return all(a == b for a, b, n in zip(strides, desc.strides, desc.lens) if n > 1)
 
 
 def _element_strides(obj: Any) -> tuple[int, ...] | None:

@@ -82,3 +82,5 @@ def test_device_array_in_logical_shape_with_the_layouts_strides_is_accepted():
     check_device(Tensor((2, 4, 5, 3), (60, 15, 3, 1)), desc, "x")
     with pytest.raises(BadParm):
         check_device(Tensor((2, 3, 4, 5), (60, 20, 5, 1)), desc, "x")
+    w = TensorDesc("fp16", (8, 3, 1, 1), layout="NHWC")  # 1x1: torch gives (3, 1, 3, 3)
+    check_device(Tensor((8, 3, 1, 1), (3, 1, 3, 3)), w, "w")
