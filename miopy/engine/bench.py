@@ -19,7 +19,7 @@ import numpy as np
 from miopy import config, log
 from miopy.errors import MiopyError
 from miopy.solution import InvokeArgs, Solution
-from miopy.tensor import to_storage
+from miopy.tensor import DataType, to_storage
 
 _log = log.get("miopy.engine.bench")
 
@@ -30,9 +30,12 @@ counters = {"benchmarks": 0}
 def _filler(desc) -> np.ndarray:
     """Data to time on when the caller gives none: values in [-1, 1) of the tensor's type, a
     random block repeated (zeros would hide work: a GEMM runs faster on them)."""
-    count = max(1, desc.nbytes // desc.dtype.itemsize)
+    dtype = getattr(desc, "dtype", None)
+    if not isinstance(dtype, DataType):  # not a data tensor (e.g. pooling indices): zeros
+        return np.zeros(desc.nbytes, dtype=np.uint8)
+    count = max(1, desc.nbytes // dtype.itemsize)
     block = np.random.default_rng(20240229).random(min(count, 1 << 16), dtype=np.float32) * 2 - 1
-    return np.resize(to_storage(block, desc.dtype), count)
+    return np.resize(to_storage(block, dtype), count)
 
 
 def device_args(handle, solution: Solution, tensors: dict[str, Any] | None) -> InvokeArgs:

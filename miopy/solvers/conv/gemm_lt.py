@@ -43,14 +43,15 @@ _LT_TYPES = {DataType.FP32: 0, DataType.FP16: 2, DataType.BF16: 14}
 
 def _lt_usable(ctx) -> str | None:
     backend = getattr(ctx, "backend", None)
-    if getattr(backend, "name", None) != "cuda":
-        return "needs the cuda backend (cuBLASLt)"
+    name = getattr(backend, "name", None)
+    if name != "cuda":
+        return f"backend {name}: cuBLASLt needs the cuda backend"
     try:
         from miopy.backends import cuda_libs
 
         cuda_libs.cublaslt()
     except Exception as exc:  # no library: not applicable, never an error
-        return f"cuBLASLt is not available ({exc})"
+        return f"backend cuda: cuBLASLt is not available ({exc})"
     return None
 
 
@@ -87,6 +88,9 @@ class _LtSolver(TunableSolver):
     base: ClassVar[_GemmSolver]
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        usable = _lt_usable(ctx)  # first: elsewhere the backend is the whole reason
+        if usable is not None:
+            return usable
         if problem.direction is not self.base.direction:
             return f"direction is {problem.direction.name}"
         if problem.dtype not in _LT_TYPES:
@@ -95,7 +99,7 @@ class _LtSolver(TunableSolver):
             return "not a 1x1 filter with stride 1 and no padding"
         if problem.conv.groups != 1:
             return "groups > 1"
-        reason = _lt_usable(ctx) or self.base.is_applicable(ctx, problem)
+        reason = self.base.is_applicable(ctx, problem)
         if reason is not None:
             return reason
         found = self._lt(problem)
@@ -153,19 +157,19 @@ class _LtSolver(TunableSolver):
 
 class GemmLtFwd1x1(_LtSolver):
     name = "GemmLtFwd1x1"
-    id = 201
+    id = 211  # no MIOpen counterpart
     base = GemmFwd1x1_0_1()
 
 
 class GemmLtBwd1x1(_LtSolver):
     name = "GemmLtBwd1x1"
-    id = 202
+    id = 212
     base = GemmBwd1x1_stride1()
 
 
 class GemmLtWrw1x1(_LtSolver):
     name = "GemmLtWrw1x1"
-    id = 203
+    id = 213
     base = GemmWrw1x1_stride1()
 
 
