@@ -30,13 +30,21 @@ def main() -> int:
     p.add_argument("--channels", type=int, default=32)
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--tolerance", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9)")
     a = p.parse_args()
+    # True fp32 on both sides: cuDNN's default TF32 convolutions differ from fp32 by ~1e-3, and
+    # training amplifies any difference once the loss curve turns chaotic (too high a rate).
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
     data = synthetic_cifar(batches=8, batch=a.batch)
     curves, times = {}, {}
     for layers in ("miopy", "torch"):
         net = make_net(layers, channels=a.channels)
-        curves[layers], times[layers] = train(net, data, a.steps, a.device, a.channels_last)
-    print(f"device {a.device}, batch {a.batch}, channels {a.channels}, channels_last {a.channels_last}")
+        curves[layers], times[layers] = train(net, data, a.steps, a.device, a.channels_last, a.lr)
+    print(
+        f"device {a.device}, batch {a.batch}, channels {a.channels}, channels_last {a.channels_last}, lr {a.lr}"
+    )
     print(f"median step time: miopy {times['miopy'] * 1e3:.2f} ms, torch {times['torch'] * 1e3:.2f} ms")
     print("step  loss(miopy)  loss(torch)  |diff|")
     worst = 0.0

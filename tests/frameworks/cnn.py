@@ -45,13 +45,13 @@ def synthetic_cifar(batches: int, batch: int, seed: int = 1) -> list[tuple[torch
 
 
 def train(
-    net: nn.Module, data, steps: int, device: str = "cpu", channels_last: bool = False
+    net: nn.Module, data, steps: int, device: str = "cpu", channels_last: bool = False, lr: float = 0.05
 ) -> tuple[list[float], float]:
     """(loss of each step, median seconds per step after the first) with SGD + momentum."""
     net = net.to(device)
     if channels_last:
         net = net.to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     losses, times = [], []
     for step in range(steps):
         x, y = data[step % len(data)]
