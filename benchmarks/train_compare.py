@@ -43,7 +43,8 @@ def main() -> int:
         net = make_net(layers, channels=a.channels)
         curves[layers], times[layers] = train(net, data, a.steps, a.device, a.channels_last, a.lr)
     print(
-        f"device {a.device}, batch {a.batch}, channels {a.channels}, channels_last {a.channels_last}, lr {a.lr}"
+        f"device {a.device}, batch {a.batch}, channels {a.channels}, "
+        f"channels_last {a.channels_last}, lr {a.lr}"
     )
     print(f"median step time: miopy {times['miopy'] * 1e3:.2f} ms, torch {times['torch'] * 1e3:.2f} ms")
     print("step  loss(miopy)  loss(torch)  |diff|")
