@@ -9,7 +9,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 stamp=".venv/.miopy-install-stamp"
 hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-read -r old_hash old_extras <"$stamp" 2>/dev/null || { old_hash=""; old_extras=""; }
+old_hash="" old_extras=""
+[ -f "$stamp" ] && read -r old_hash old_extras <"$stamp"
 need=0
 [ -x .venv/bin/python ] && [ "$old_hash" = "$hash" ] || { need=1; old_extras=""; }
 for e in ${extras//,/ }; do
