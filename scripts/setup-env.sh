@@ -10,7 +10,7 @@ cd "$root"
 stamp=".venv/.miopy-install-stamp"
 hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 old_hash="" old_extras=""
-[ -f "$stamp" ] && read -r old_hash old_extras <"$stamp"
+if [ -f "$stamp" ]; then read -r old_hash old_extras <"$stamp" || true; fi
 need=0
 [ -x .venv/bin/python ] && [ "$old_hash" = "$hash" ] || { need=1; old_extras=""; }
 for e in ${extras//,/ }; do
