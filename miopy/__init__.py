@@ -8,6 +8,7 @@ from miopy.errors import (
     CompileError,
     InternalError,
     MiopyError,
+    NotApplicable,
     NotImplementedStatus,
     UnsupportedOp,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "InvokeArgs",
     "KernelSpec",
     "MiopyError",
+    "NotApplicable",
     "NotImplementedStatus",
     "Problem",
     "Program",

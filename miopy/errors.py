@@ -21,6 +21,10 @@ class BadParm(MiopyError, ValueError):
     status = "miopenStatusBadParm"
 
 
+class NotApplicable(BadParm):
+    """The chosen solver cannot run this problem; the message carries its reason."""
+
+
 class AllocFailed(MiopyError, MemoryError):
     status = "miopenStatusAllocFailed"
 
@@ -52,5 +56,9 @@ class CompileError(InternalError):
 
 
 def bad(field: str, value: object, why: str) -> BadParm:
-    """A BadParm whose message reads ``<field>=<value>: <why>``."""
-    return BadParm(f"{field}={value!r}: {why}")
+    """A BadParm whose message reads ``<field>=<value>: <why>``, on one line (a long value, such
+    as a NumPy array, is shortened)."""
+    text = " ".join(repr(value).split())
+    if len(text) > 160:
+        text = text[:150] + " ..." + text[-6:]
+    return BadParm(f"{field}={text}: {why}")

@@ -144,7 +144,8 @@ class TensorDesc:
         label = layout.strip().upper() if layout else None
         if label is not None and label not in valid:
             raise bad("layout", layout, f"expected one of {', '.join(valid)} for a {len(lens)}-d tensor")
-        if strides is not None:
+        given = strides is not None
+        if given:
             strides = int_tuple("strides", strides, len(lens), 1, OFFSET_MAX)
             layout = _layout_with(lens, strides, label)
         else:
@@ -154,7 +155,8 @@ class TensorDesc:
             raise bad("lens", lens, f"more than {OFFSET_MAX} elements (the kernels count them in i64)")
         space = 1 + sum((n - 1) * s for n, s in zip(lens, strides))
         if space * dtype.itemsize > OFFSET_MAX:
-            raise bad("strides", strides, f"the tensor spans more than {OFFSET_MAX} bytes (i64 offsets)")
+            name, value = ("strides", strides) if given else ("lens", lens)
+            raise bad(name, value, f"the tensor spans more than {OFFSET_MAX} bytes (i64 offsets)")
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "lens", lens)
         object.__setattr__(self, "strides", strides)

@@ -407,11 +407,14 @@ class Backend(BackendBase):
         try:
             with self.device:
                 return cp.empty(max(int(nbytes), 1), dtype=cp.uint8)
-        except cp.cuda.memory.OutOfMemoryError as exc:
+        except (cp.cuda.memory.OutOfMemoryError, MemoryError) as exc:
             raise AllocFailed(f"nbytes={nbytes}: CUDA allocation failed ({exc})") from None
 
     def upload(self, array: np.ndarray) -> Any:
-        host = np.ascontiguousarray(array)
+        try:
+            host = np.ascontiguousarray(array)
+        except MemoryError:
+            raise AllocFailed(f"nbytes={array.nbytes}: no host memory for a contiguous copy") from None
         buf = self.alloc(host.nbytes)
         if host.nbytes:
             with self.device:

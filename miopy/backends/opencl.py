@@ -116,13 +116,22 @@ class Backend(BackendBase):
 
     # ---- memory -------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Any:
+        nbytes = int(nbytes)
+        limit = int(self.device.max_mem_alloc_size)
+        if nbytes > limit:
+            raise AllocFailed(
+                f"nbytes={nbytes}: more than this OpenCL device allocates at once ({limit} bytes)"
+            )
         try:
-            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size=max(int(nbytes), 1))
-        except cl.Error as exc:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, size=max(nbytes, 1))
+        except (cl.Error, MemoryError) as exc:
             raise AllocFailed(f"nbytes={nbytes}: OpenCL allocation failed ({exc})") from None
 
     def upload(self, array: np.ndarray) -> Any:
-        array = np.ascontiguousarray(array)
+        try:
+            array = np.ascontiguousarray(array)
+        except MemoryError:
+            raise AllocFailed(f"nbytes={array.nbytes}: no host memory for a contiguous copy") from None
         buf = self.alloc(array.nbytes)
         if array.nbytes:
             cl.enqueue_copy(self.queue, buf, array)

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from miopy.checks import INDEX_MAX
 from miopy.driver import harness
 from miopy.driver.cli import (
     EXIT_OK,
@@ -135,6 +136,24 @@ def _layout(values: dict[str, Any], long: str, dims: int) -> str:
     return text
 
 
+_SIZE_FLAGS = tuple(
+    f"{name}_{a}" if a else name
+    for name, axes in (
+        ("batchsize", ""),
+        ("in_channels", ""),
+        ("out_channels", ""),
+        ("group_count", ""),
+        ("in", "dhw"),
+        ("fil", "dhw"),
+        ("pad", "dhw"),
+        ("conv_stride", "dhw"),
+        ("dilation", "dhw"),
+        ("trans_output_pad", "dhw"),
+    )
+    for a in (axes or [""])
+)
+
+
 def build_problem(
     values: dict[str, Any], dtype: DataType | str, direction: Direction | str = Direction.FORWARD
 ) -> ConvProblem:
@@ -159,6 +178,9 @@ def build_problem(
     for long in (*(f"pad_{a}" for a in axes), *(f"trans_output_pad_{a}" for a in axes)):
         if values[long] < 0:
             raise _bad(long, values[long], "must be >= 0")
+    for long in _SIZE_FLAGS:
+        if values[long] > INDEX_MAX and (dims == 3 or not long.endswith("_d")):
+            raise _bad(long, values[long], f"exceeds {INDEX_MAX}, the largest size the kernels index (int32)")
     mode = str(values["mode"]).strip().lower()
     if mode not in ("conv", "trans"):
         raise _bad("mode", values["mode"], "expected conv or trans")

@@ -15,6 +15,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,7 +23,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from miopy import log
-from miopy.errors import BadParm
+from miopy.errors import AllocFailed, BadParm
 from miopy.problem.base import Problem
 from miopy.reference.common import rms_range, store_logical, view
 from miopy.solution import Solution
@@ -94,8 +95,18 @@ def inputs(problem: Problem, files: dict[str, tuple[str, str]], streams: dict[st
     out = {}
     for role, desc in problem.tensors().items():
         path, label = files.get(role, ("", ""))
-        out[role] = load_buffer(path, desc, label) if path else random_buffer(desc, streams[role])
+        with host_memory(f"tensor {role}", desc.element_count * 4 + desc.nbytes):
+            out[role] = load_buffer(path, desc, label) if path else random_buffer(desc, streams[role])
     return out
+
+
+@contextmanager
+def host_memory(what: str, nbytes: int):
+    """The host running out of memory becomes one line: AllocFailed with the size asked for."""
+    try:
+        yield
+    except MemoryError:
+        raise AllocFailed(f"AllocFailed: {what} needs {nbytes} bytes of host memory, not available") from None
 
 
 # ---- choosing a solution ------------------------------------------------------------------------
@@ -132,8 +143,8 @@ def choose(
         return solutions[0]
     try:
         return solution_for(handle, problem, number if number is not None else selected)
-    except BadParm as exc:
-        raise BadParm(f"{label}={selected} ({what}): {exc}") from None
+    except BadParm as exc:  # NotApplicable stays NotApplicable
+        raise type(exc)(f"{label}={selected} ({what}): {exc}") from None
 
 
 # ---- verification -------------------------------------------------------------------------------
@@ -227,7 +238,8 @@ def run_case(
     host = dict(given)
     for role in problem.outputs:
         if role not in problem.inputs:
-            host[role] = np.zeros(descs[role].element_space, dtype=storage(descs[role]))
+            with host_memory(f"output {role}", descs[role].nbytes):
+                host[role] = np.zeros(descs[role].element_space, dtype=storage(descs[role]))
     solution = choose(
         handle,
         problem,
@@ -317,7 +329,8 @@ def verify(case: Case, solution: Solution, host: dict[str, np.ndarray], cache_di
     an integer reference (e.g. pooling's index mask) must match exactly."""
     problem = case.problem
     descs = problem.tensors()
-    ref = cached_reference(problem, host, cache_dir, case.reference)
+    with host_memory("the CPU reference", 8 * sum(d.element_count for d in descs.values())):
+        ref = cached_reference(problem, host, cache_dir, case.reference)
     if case.check is not None:
         ok, lines = case.check(problem, host, ref)
         for line in lines:

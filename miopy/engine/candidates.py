@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from miopy import config, log
-from miopy.errors import BadParm
+from miopy.errors import BadParm, NotApplicable
 from miopy.handle import Handle
 from miopy.problem.base import Problem
 from miopy.solution import Solution
@@ -106,5 +106,5 @@ def resolve_solver(handle, problem: Problem, name: str | int) -> Solver:
         raise BadParm(f"solver={name!r}: unknown solver (known: {known})")
     reason = solver.is_applicable(handle, problem.solver_view())
     if reason is not None:
-        raise BadParm(f"solver={solver.name!r}: not applicable: {reason}")
+        raise NotApplicable(f"solver={solver.name!r}: not applicable: {reason}")
     return solver

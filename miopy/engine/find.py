@@ -6,10 +6,14 @@ dynamic solvers only. Any MIOPY_FIND_ENFORCE other than NONE forces NORMAL, as i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from miopy import config, log
+from miopy.checks import OFFSET_MAX, int_value
 from miopy.db.find_db import FindRecord
 from miopy.engine import bench, tune
 from miopy.engine.candidates import (
@@ -40,10 +44,21 @@ class FindOptions:
     tuning: bool = False
 
     def __post_init__(self):
-        if self.results_order not in ("time", "workspace"):
+        if not isinstance(self.results_order, str) or self.results_order not in ("time", "workspace"):
             raise BadParm(f"results_order={self.results_order!r}: expected time or workspace")
-        if self.workspace_limit is not None and self.workspace_limit < 0:
-            raise BadParm(f"workspace_limit={self.workspace_limit!r}: must be >= 0")
+        if self.workspace_limit is not None:
+            object.__setattr__(self, "workspace_limit", _bytes_limit(self.workspace_limit))
+        if not isinstance(self.tuning, bool | int) or self.tuning not in (0, 1):
+            raise BadParm(f"tuning={self.tuning!r}: expected True or False")
+
+
+def _bytes_limit(value: Any) -> int:
+    """A workspace limit in bytes: an integer, or a finite real number (rounded down), >= 0."""
+    if isinstance(value, float | np.floating) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise BadParm(f"workspace_limit={value!r}: expected a finite number of bytes (None: no limit)")
+        value = math.floor(value)
+    return int_value("workspace_limit", value, 0, OFFSET_MAX)
 
 
 def _rank(solutions: list[Solution], options: FindOptions) -> list[Solution]:
