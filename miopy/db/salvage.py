@@ -10,6 +10,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _BATCH = 512
 _MAX_ROWID = (1 << 63) - 1
@@ -72,7 +73,10 @@ def copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection, skip: set[str]) 
         )
         kept = 0
         for row in _readable_rows(src, name, columns):
-            dst.execute(insert, row)
+            try:
+                dst.execute(insert, row)
+            except sqlite3.IntegrityError:
+                continue  # a damaged row (NULL where the schema forbids it): lost
             kept += 1
         total = _row_count(src, name)
         result.add(kept, None if total is None else max(total - kept, 0))
@@ -102,18 +106,20 @@ def _row_count(src: sqlite3.Connection, table: str) -> int | None:
 
 
 def _readable_rows(src: sqlite3.Connection, table: str, columns: list[str]):
+    """The rows that can be read, in rowid order. A damaged b-tree can also answer with rows that
+    are not there (rowid 0 over and over, all NULL): a rowid that does not grow counts as damage."""
     batch = f"SELECT rowid, {', '.join(columns)} FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT {_BATCH}"
     one = batch.replace(f"LIMIT {_BATCH}", "LIMIT 1")
     point = batch.replace("rowid > ?", "rowid = ?")
     after = -_MAX_ROWID - 1
     while True:
         try:
-            rows = src.execute(batch, (after,)).fetchall()
+            rows = _growing(src.execute(batch, (after,)).fetchall(), after)
         except sqlite3.DatabaseError:
             # The batch reaches damage: take its rows one by one up to it, then skip past it.
             while True:
                 try:
-                    rows = src.execute(one, (after,)).fetchall()
+                    rows = _growing(src.execute(one, (after,)).fetchall(), after)
                 except sqlite3.DatabaseError:
                     break
                 if not rows:
@@ -126,7 +132,7 @@ def _readable_rows(src: sqlite3.Connection, table: str, columns: list[str]):
             after = resume
             # Seeking past the damage can fail for the first row after it, read directly.
             with contextlib.suppress(sqlite3.DatabaseError):
-                yield from (row[1:] for row in src.execute(point, (after,)).fetchall())
+                yield from (row[1:] for row in _growing(src.execute(point, (after,)).fetchall(), after - 1))
             continue
         if not rows:
             return
@@ -135,9 +141,20 @@ def _readable_rows(src: sqlite3.Connection, table: str, columns: list[str]):
         after = rows[-1][0]
 
 
+def _growing(rows: list[tuple[Any, ...]], after: int) -> list[tuple[Any, ...]]:
+    """``rows`` (rowid first) unchanged when their rowids are integers that grow past ``after``;
+    else a DatabaseError, as for any other damage."""
+    last = after
+    for row in rows:
+        if not isinstance(row[0], int) or row[0] <= last:
+            raise sqlite3.DatabaseError(f"rowid {row[0]!r} after {last}: damaged table")
+        last = row[0]
+    return rows
+
+
 def _readable(src: sqlite3.Connection, select: str, after: int) -> bool:
     try:
-        src.execute(select, (after,)).fetchall()
+        _growing(src.execute(select, (after,)).fetchall(), after)
         return True
     except sqlite3.DatabaseError:
         return False

@@ -75,3 +75,18 @@ def test_truncated_kernel_cache_keeps_its_first_half(db_env, warned):
     assert 30 <= len(hits) < 100
     said = [w for w in warned() if "corrupt" in w]
     assert len(said) == 1 and f"kept {len(hits) + 1} readable rows" in said[0], said
+
+
+def test_truncated_small_file_ends(db_env, warned):
+    """A damaged b-tree can answer with the same all-NULL row forever; the salvage must end."""
+    find = FindDb(BASE, BACKEND)
+    for i in range(20):
+        find.store(f"p{i}", [FindRecord("Solver", 0.5, 0, "algo" * 50)] * 3)
+    find.close()
+    path = db_env["user"] / f"{BASE}.{BACKEND}.udb"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    again = FindDb(BASE, BACKEND)
+    loaded = [again.load(f"p{i}") for i in range(20)]
+    assert all(r is None or r == [FindRecord("Solver", 0.5, 0, "algo" * 50)] * 3 for r in loaded)
+    assert len([w for w in warned() if "corrupt" in w]) == 1, warned()
