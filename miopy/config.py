@@ -84,6 +84,15 @@ def system_db_dir() -> Path:
     return Path(__file__).parent / "data"
 
 
+def kdb_dir() -> Path:
+    """Where ``miopy kernels install`` puts kernel packages (``<arch>_<cu>.kdb``) for this user;
+    read after MIOPY_SYSTEM_DB_PATH and before the user kernel cache."""
+    custom = _env("KDB_PATH")
+    if custom is not None:
+        return Path(custom).expanduser()
+    return Path.home() / ".local" / "share" / "miopy" / "kdb"
+
+
 def find_mode() -> str:
     return _enum("FIND_MODE", FIND_MODES, "DYNAMIC_HYBRID")
 

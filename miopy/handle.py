@@ -61,7 +61,9 @@ class Handle:
         if self._kernel_cache is None:
             from miopy.db.kernel_cache import KernelCache
 
-            self._kernel_cache = KernelCache(self.db_basename, self.backend_name)
+            self._kernel_cache = KernelCache(
+                self.db_basename, self.backend_name, self.info.arch, self.info.compute_units
+            )
         return self._kernel_cache
 
     @property

@@ -12,6 +12,7 @@ for name, sub in (
     ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
     ("MIOPY_USER_DB_PATH", "db"),
     ("MIOPY_SYSTEM_DB_PATH", "system"),
+    ("MIOPY_KDB_PATH", "kdb"),
 ):
     os.environ[name] = os.path.join(_root, sub)
     os.makedirs(os.environ[name], exist_ok=True)
@@ -36,6 +37,7 @@ def isolated(tmp_path, monkeypatch):
         ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
         ("MIOPY_USER_DB_PATH", "db"),
         ("MIOPY_SYSTEM_DB_PATH", "system"),
+        ("MIOPY_KDB_PATH", "kdb"),
     ):
         (tmp_path / sub).mkdir(mode=0o700)
         monkeypatch.setenv(name, str(tmp_path / sub))

@@ -198,6 +198,23 @@ def compile_cubin(source: str, filename: str, options: list[str], arch: str = "s
     return _compile(source, filename, list(options), arch)
 
 
+def compiler_fingerprint(target: str) -> str:
+    """What a CUBIN depends on: NVRTC's version, the CUDA headers' and the target. Not the driver's:
+    kernel packages are built on machines without one (``miopy kernels build``), and a binary the
+    driver refuses is rebuilt on load."""
+    nv = ".".join(map(str, nvrtc_version()))
+    return f"nvrtc {nv}|headers {_headers_version()}|{target}"
+
+
+def target_for_arch(arch: str) -> str:
+    """The binary target for a device of ``arch`` (``sm_90``): what a live device would get."""
+    m = re.fullmatch(r"sm_(\d+)", arch)
+    if m is None:
+        raise bad("arch", arch, "expected an architecture such as sm_90")
+    cc = int(m.group(1))
+    return _target_for(cc // 10, cc % 10)
+
+
 def _target_for(major: int, minor: int) -> str:
     """sm_XY when NVRTC can emit a CUBIN for the device, else PTX for the newest virtual arch it
     knows that the device runs (the driver finishes the job)."""
@@ -312,12 +329,7 @@ class Backend(BackendBase):
         name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
         major, minor = int(props["major"]), int(props["minor"])
         self.target = _target_for(major, minor)
-        nv = ".".join(map(str, nvrtc_version()))
-        fingerprint = (
-            f"nvrtc {nv}|driver {cp.cuda.runtime.driverGetVersion()}"
-            f"|runtime {cp.cuda.runtime.runtimeGetVersion()}|headers {_headers_version()}"
-            f"|{self.target}"
-        )
+        fingerprint = compiler_fingerprint(self.target)
         self.info = DeviceInfo(
             name=name.strip(),
             arch=f"sm_{major}{minor}",

@@ -1,17 +1,22 @@
-"""Compiled kernel binaries: the read-only system ``<base>.kdb``, then the user ``<base>.<backend>.ukdb``."""
+"""Compiled kernel binaries: the read-only kernel packages (``<base>.kdb`` in MIOPY_SYSTEM_DB_PATH,
+then in MIOPY_KDB_PATH where ``miopy kernels install`` puts them; without either, the package of
+the same architecture with the nearest CU count), then the user ``<base>.<backend>.ukdb``."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 import zlib
 from dataclasses import dataclass
 
 from miopy import config, log
-from miopy.db.sqlite import SqliteFile, system_file_present
+from miopy.db import system_files
+from miopy.db.sqlite import SqliteFile
 
 _log = log.get("miopy.db")
 
-SCHEMA_VERSION = 1
+# Version 2 added when each entry was made and by which miopy version (``miopy cache``).
+SCHEMA_VERSION = 2
 # MIOpen's kern_db, with the key split into the columns our KernelKey names.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kern_db (
@@ -24,9 +29,17 @@ CREATE TABLE IF NOT EXISTS kern_db (
     kernel_blob BLOB NOT NULL,
     kernel_hash TEXT NOT NULL,
     uncompressed_size INTEGER NOT NULL,
+    created REAL NOT NULL DEFAULT 0,
+    miopy_version TEXT NOT NULL DEFAULT '',
     UNIQUE (kernel_file, kernel_name, kernel_args, source_hash, fingerprint)
 );
 """
+MIGRATIONS = {
+    1: """
+ALTER TABLE kern_db ADD COLUMN created REAL NOT NULL DEFAULT 0;
+ALTER TABLE kern_db ADD COLUMN miopy_version TEXT NOT NULL DEFAULT '';
+"""
+}
 _KEY_WHERE = "kernel_file = ? AND kernel_name = ? AND kernel_args = ? AND source_hash = ? AND fingerprint = ?"
 
 
@@ -45,27 +58,49 @@ class KernelKey:
 class KernelCache:
     """``hits`` and ``misses`` count get() answers, for tests and logs."""
 
-    def __init__(self, db_basename: str, backend_name: str):
+    def __init__(
+        self, db_basename: str, backend_name: str, arch: str | None = None, compute_units: int | None = None
+    ):
         self.db_basename = db_basename
         self.backend_name = backend_name
+        self.arch = arch
+        self.compute_units = compute_units
         self.hits = 0
         self.misses = 0
-        self._dbs: tuple[SqliteFile, SqliteFile] | None = None  # (system, user)
+        self._dbs: tuple[SqliteFile, ...] | None = None  # packages..., then the user cache (last)
 
-    def _files(self) -> tuple[SqliteFile, SqliteFile]:
+    def package_paths(self) -> list:
+        """The kernel packages this cache reads, in order (at most one per folder)."""
+        folders = [config.system_db_dir(), config.kdb_dir()]
+        found = system_files.exact_kdbs(self.db_basename, folders)
+        if found or self.arch is None or self.compute_units is None:
+            return found
+        near = system_files.nearest_kdb(self.arch, self.compute_units, folders)
+        return [] if near is None else [near]
+
+    def _files(self) -> tuple[SqliteFile, ...]:
         # Made on first use, so that MIOPY_DISABLE_CACHE=1 never touches a file.
         if self._dbs is None:
-            system = config.system_db_dir() / f"{self.db_basename}.kdb"
-            if not system_file_present(system):
+            packages = self.package_paths()
+            wanted = f"{self.db_basename}.kdb"
+            if not packages:
                 log.warn_once_per_user(
                     _log,
                     f"kdb {self.db_basename} {self.backend_name}",
-                    f"Missing system database file: {self.db_basename}.kdb Performance may degrade",
+                    f"Missing system database file: {wanted} Performance may degrade",
+                )
+                _log.info("looked for %s in %s and %s", wanted, config.system_db_dir(), config.kdb_dir())
+            elif packages[0].name != wanted:
+                log.warn_once(
+                    _log,
+                    f"Missing system database file: {wanted} (looked in {config.system_db_dir()} and "
+                    f"{config.kdb_dir()}); using {packages[0]}, the same architecture with the nearest "
+                    "CU count",
                 )
             user = config.cache_dir() / f"{self.db_basename}.{self.backend_name}.ukdb"
             self._dbs = (
-                SqliteFile(system, "kern_db", SCHEMA, SCHEMA_VERSION, readonly=True),
-                SqliteFile(user, "kern_db", SCHEMA, SCHEMA_VERSION),
+                *(SqliteFile(p, "kern_db", SCHEMA, SCHEMA_VERSION, readonly=True) for p in packages),
+                SqliteFile(user, "kern_db", SCHEMA, SCHEMA_VERSION, migrations=MIGRATIONS),
             )
         return self._dbs
 
@@ -91,17 +126,26 @@ class KernelCache:
     def put(self, key: KernelKey, binary: bytes) -> None:
         if config.disable_cache():
             return
-        user = self._files()[1]
-        blob = zlib.compress(binary, 6)
-        sql = (
-            "INSERT OR REPLACE INTO kern_db (kernel_file, kernel_name, kernel_args, source_hash, "
-            "fingerprint, kernel_blob, kernel_hash, uncompressed_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        user.write([(sql, (*key.columns(), blob, hashlib.sha256(binary).hexdigest(), len(binary)))])
+        user = self._files()[-1]
+        user.write([entry_statement(key, binary)])
 
     def close(self) -> None:
         for db in self._dbs or ():
             db.close()
+
+
+INSERT = (
+    "INSERT OR REPLACE INTO kern_db (kernel_file, kernel_name, kernel_args, source_hash, fingerprint, "
+    "kernel_blob, kernel_hash, uncompressed_size, created, miopy_version) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def entry_statement(key: KernelKey, binary: bytes) -> tuple[str, tuple]:
+    """The INSERT that stores ``binary`` under ``key`` (compressed, with its hash and size)."""
+    digest = hashlib.sha256(binary).hexdigest()
+    row = (zlib.compress(binary, 6), digest, len(binary), time.time(), config.VERSION)
+    return INSERT, (*key.columns(), *row)
 
 
 def _unpack(blob: bytes, digest: str, size: int) -> bytes | None:

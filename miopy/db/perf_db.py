@@ -105,6 +105,10 @@ class PerfDb:
                 return found[solver]
         return None
 
+    def load_user(self, problem_key: str, solver: str, primitive: str = "conv") -> dict[str, Any] | None:
+        """The user file's record only (``miopy tune`` resumes past what it already wrote)."""
+        return self._rows(self._user, primitive, problem_key, solver).get(solver)
+
     def records(self, problem_key: str, primitive: str = "conv") -> dict[str, dict[str, Any]]:
         """Every solver's config for the problem, user records over system ones."""
         system = self._rows(self._system, primitive, problem_key, None)

@@ -1,0 +1,3 @@
+"""The ``miopy`` command-line tool: ``info``, ``cache``, ``db``, ``kernels`` and ``tune``.
+
+One module per subcommand; ``cli`` parses the command line and turns every error into one line."""

@@ -1,0 +1,326 @@
+"""``miopy kernels build``: a kernel package (``<arch>_<cu>.kdb`` and its manifest) for a target,
+holding every kernel that immediate mode and find would build for a workload; ``miopy kernels
+install``: checks a package against the device here and puts it where miopy looks."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TextIO
+
+from miopy import config, log
+from miopy.db import kernel_cache, trust
+from miopy.db.system_files import exact_kdbs, nearest_kdb
+from miopy.engine.candidates import applicable, make_solution
+from miopy.errors import MiopyError
+from miopy.solution import KernelSpec, Solution
+from miopy.tool.common import ToolError, human_size, progress
+from miopy.tool.target import TargetContext
+from miopy.tool.workload import Workload
+
+_log = log.get("miopy.tool.kernels")
+
+MANIFEST_TABLE = "CREATE TABLE IF NOT EXISTS kdb_manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+FORMAT = "miopy-kdb"
+
+
+def solutions(ctx: TargetContext, workload: Workload) -> tuple[list[Solution], list[str]]:
+    """Every solution immediate mode and find would consider for the workload's problems on the
+    target: each applicable solver with the shipped perf DB's config (else its default), and the
+    configs of the shipped find records. Also the problems no solver takes."""
+    out, skipped = [], []
+    for problem in workload.problems:
+        solvers = applicable(ctx, problem)
+        if not solvers:
+            skipped.append(f"{problem.primitive} {problem.key()}: no applicable solver")
+            continue
+        configs: dict[str, list[dict | None]] = {s.name: [None] for s in solvers}
+        for rec in ctx.find_db.load(problem.key(), primitive=problem.primitive) or []:
+            if rec.solver in configs and rec.config is not None:
+                configs[rec.solver].append(rec.config)
+        for solver in solvers:
+            seen = set()
+            for cfg in configs[solver.name]:
+                try:
+                    solution = make_solution(ctx, problem, solver, cfg)
+                except MiopyError as exc:
+                    _log.warning("%s on %s: no solution (%s)", solver.name, problem.key(), exc)
+                    continue
+                if solution.config_key() not in seen:
+                    seen.add(solution.config_key())
+                    out.append(solution)
+    return out, skipped
+
+
+def kernel_specs(found: list[Solution]) -> list[KernelSpec]:
+    specs: dict[tuple, KernelSpec] = {}
+    for solution in found:
+        for spec in solution.kernels:
+            specs.setdefault((spec.file, spec.name, tuple(spec.options())), spec)
+    return list(specs.values())
+
+
+def _write_kdb(path: Path, entries: list[tuple[Any, bytes]], manifest: dict[str, Any]) -> None:
+    """A fresh SQLite file in the kernel cache's schema (one file, no WAL) plus the manifest."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute("CREATE TABLE meta (component TEXT PRIMARY KEY, version INTEGER)")
+        conn.executescript(kernel_cache.SCHEMA + ";" + MANIFEST_TABLE)
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO meta VALUES (?, ?)", ("kern_db", kernel_cache.SCHEMA_VERSION))
+        for key, binary in entries:
+            conn.execute(*kernel_cache.entry_statement(key, binary))
+        conn.execute(
+            "INSERT INTO kdb_manifest VALUES ('manifest', ?)", (json.dumps(manifest, sort_keys=True),)
+        )
+        conn.execute("COMMIT")
+        conn.execute("VACUUM")
+    finally:
+        conn.close()
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def build(
+    ctx: TargetContext, workload: Workload, out_dir: Path, jobs: int | None = None, err: TextIO | None = None
+) -> dict[str, Any]:
+    """Compile every kernel the workload needs on the target into ``out_dir/<base>.kdb``; returns
+    the manifest (also written beside it as ``<base>.kdb.json``)."""
+    err = err or sys.stderr
+    started = time.time()
+    found, skipped = solutions(ctx, workload)
+    specs = kernel_specs(found)
+    for line in skipped:
+        print(f"skipped: {line}", file=err)
+    print(
+        f"{len(workload.problems)} problems, {len(found)} solutions, {len(specs)} kernels to build "
+        f"for {ctx.info.arch} ({ctx.info.compute_units} CUs, {ctx.backend_name})",
+        file=err,
+    )
+    failed: list[str] = []
+
+    def one(spec: KernelSpec):
+        try:
+            return ctx.build(spec)
+        except MiopyError as exc:
+            failed.append(f"{spec.file} {spec.name} {' '.join(spec.options())}: {str(exc).splitlines()[0]}")
+            return None
+
+    workers = max(1, min(jobs or os.cpu_count() or 1, 32, max(1, len(specs))))
+    with ThreadPoolExecutor(workers) as pool:
+        built = [e for e in progress(pool.map(one, specs), len(specs), "miopy kernels build", "kernel") if e]
+    for line in failed:
+        print(f"failed to build: {line}", file=err)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{ctx.db_basename}.kdb"
+    manifest = {
+        "format": FORMAT,
+        "miopy_version": config.VERSION,
+        "backend": ctx.backend_name,
+        "arch": ctx.info.arch,
+        "compute_units": ctx.info.compute_units,
+        "db_basename": ctx.db_basename,
+        "fingerprint": ctx.info.fingerprint,
+        "device": ctx.info.name,
+        "workload": workload.description,
+        "workload_lines": len(workload.lines),
+        "problems": len(workload.problems),
+        "solutions": len(found),
+        "kernels": len(built),
+        "failed": len(failed),
+        "binary_bytes": sum(len(b) for _, b in built),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(time.time() - started, 1),
+    }
+    _write_kdb(path, built, manifest)
+    manifest["file"] = path.name
+    manifest["size"] = path.stat().st_size
+    manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (out_dir / f"{path.name}.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest | {"path": str(path)}
+
+
+# ---- install ----------------------------------------------------------------------------------------
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest inside a kdb, after checking that it is a readable, intact kernel package."""
+    try:
+        if not path.is_file():
+            raise ToolError(f"{path}: no such file")
+        if path.stat().st_size < 512:
+            raise ToolError(f"{path}: too small to be a kernel package (a Git LFS pointer?)")
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    except OSError as exc:
+        raise ToolError(f"{path}: cannot read it ({exc})") from None
+    try:
+        check = conn.execute("PRAGMA quick_check(1)").fetchall()
+        if check != [("ok",)]:
+            raise ToolError(
+                f"{path}: damaged ({check[0][0] if check else 'no answer'}); rebuild or download it again"
+            )
+        version = conn.execute("SELECT version FROM meta WHERE component = 'kern_db'").fetchone()
+        row = conn.execute("SELECT value FROM kdb_manifest WHERE name = 'manifest'").fetchone()
+        count = conn.execute("SELECT count(*) FROM kern_db").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise ToolError(f"{path}: not a miopy kernel package ({exc})") from None
+    finally:
+        conn.close()
+    if version is None or version[0] != kernel_cache.SCHEMA_VERSION:
+        found = None if version is None else version[0]
+        raise ToolError(
+            f"{path}: kernel table version {found}, "
+            f"this miopy reads {kernel_cache.SCHEMA_VERSION}; rebuild it"
+        )
+    try:
+        manifest = json.loads(row[0]) if row else None
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ToolError(f"{path}: no miopy manifest in it (not made by `miopy kernels build`)")
+    return manifest | {"entries": count}
+
+
+def _from_wheel(path: Path, workdir: Path, want: str | None, arch: str | None, cus: int | None) -> Path:
+    """The kdb inside a wheel (or any zip): the one named for the device, else the same arch with
+    the nearest CU count, else the only one."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = [m for m in archive.namelist() if m.endswith(".kdb")]
+            if not members:
+                raise ToolError(f"{path}: no .kdb inside")
+            for member in members:
+                target = workdir / Path(member).name
+                with archive.open(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ToolError(f"{path}: cannot read it as a wheel ({exc})") from None
+    if want is not None:
+        exact = exact_kdbs(want, [workdir])
+        if exact:
+            return exact[0]
+        if arch is not None and cus is not None:
+            near = nearest_kdb(arch, cus, [workdir])
+            if near is not None:
+                return near
+    files = sorted(workdir.glob("*.kdb"))
+    if len(files) == 1:
+        return files[0]
+    raise ToolError(f"{path}: holds {', '.join(f.name for f in files)}; none for {want or 'this device'}")
+
+
+def _device(backend: str, device: int):
+    from miopy import backends
+
+    try:
+        return backends.create(backend, device).info, None
+    except MiopyError as exc:
+        return None, str(exc)
+
+
+def _destination(dest: Path | None) -> Path:
+    if dest is None:
+        folder = config.kdb_dir()
+        try:
+            trust.private_dir(folder)
+        except (OSError, trust.Untrusted) as exc:
+            raise ToolError(f"cannot use {folder} ({exc}); set MIOPY_KDB_PATH or pass --dest") from None
+        return folder
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        trust.system_dir(dest)
+    except (OSError, trust.Untrusted) as exc:
+        raise ToolError(f"--dest={dest}: {exc}") from None
+    return dest
+
+
+def install(
+    path: Path, dest: Path | None = None, force: bool = False, device: int = 0, err: TextIO | None = None
+) -> dict[str, Any]:
+    """Check the package against the device here and copy it to ``dest`` (MIOPY_KDB_PATH by
+    default) as ``<base>.kdb``; returns what was done. Mismatches refuse unless ``force``."""
+    err = err or sys.stderr
+    with tempfile.TemporaryDirectory(prefix="miopy-kdb-") as tmp:
+        source = path
+        if zipfile.is_zipfile(path) if path.is_file() else False:
+            first = _peek_wheel_backend(path)
+            info, why = _device(first, device) if first else (None, "no backend named in the wheel")
+            source = _from_wheel(
+                path,
+                Path(tmp),
+                None if info is None else info.db_basename,
+                None if info is None else info.arch,
+                None if info is None else info.compute_units,
+            )
+        manifest = read_manifest(source)
+        info, why = _device(manifest["backend"], device)
+        problems = []
+        if info is None:
+            problems.append(f"no {manifest['backend']} device here ({why})")
+        else:
+            for field, here in (
+                ("arch", info.arch),
+                ("compute_units", info.compute_units),
+                ("fingerprint", info.fingerprint),
+            ):
+                if manifest.get(field) != here:
+                    problems.append(f"{field}: package {manifest.get(field)!r}, device {here!r}")
+        if manifest.get("miopy_version") != config.VERSION:
+            problems.append(
+                f"miopy_version: package {manifest.get('miopy_version')!r}, here {config.VERSION!r}"
+            )
+        if problems and not force:
+            raise ToolError(
+                f"{path.name} does not match this machine: {'; '.join(problems)} "
+                "(--force installs it anyway; entries that do not match are never used)"
+            )
+        for line in problems:
+            print(f"warning: {line}", file=err)
+        folder = _destination(dest)
+        name = f"{manifest['db_basename']}.kdb"
+        target = folder / name
+        with contextlib.suppress(FileNotFoundError):
+            trust.check_file(target, system=True)  # never replace a link planted there
+        tmp_target = folder / f".{name}.{os.getpid()}.tmp"
+        shutil.copyfile(source, tmp_target)
+        os.chmod(tmp_target, 0o600 if dest is None else 0o644)
+        os.replace(tmp_target, target)
+    return {"installed": str(target), "manifest": manifest, "warnings": problems}
+
+
+def _peek_wheel_backend(path: Path) -> str | None:
+    """The backend named by the first kdb's manifest in a wheel (to know which device to ask)."""
+    with tempfile.TemporaryDirectory(prefix="miopy-kdb-") as tmp:
+        try:
+            first = _from_wheel(path, Path(tmp), None, None, None)
+        except ToolError:
+            files = sorted(Path(tmp).glob("*.kdb"))
+            if not files:
+                raise
+            first = files[0]
+        try:
+            return read_manifest(first).get("backend")
+        except ToolError:
+            return None
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    size = human_size(manifest.get("size", 0))
+    return (
+        f"{manifest.get('file', manifest.get('db_basename', '?'))}: "
+        f"{manifest.get('kernels')} kernels, {size}, "
+        f"{manifest.get('backend')} {manifest.get('arch')} {manifest.get('compute_units')} CUs, "
+        f"miopy {manifest.get('miopy_version')}, compiler {manifest.get('fingerprint')}, "
+        f"workload {manifest.get('workload')}"
+    )
