@@ -118,7 +118,7 @@ def read(path: Path, where: str, repair: bool = False) -> list[dict[str, Any]]:
             perf.close()
             find.close()
     else:
-        perf_rows, find_rows, problems = _raw_rows(path, immutable=where == "system")
+        perf_rows, find_rows, problems = _raw_rows(path, immutable=where != "user")
         if problems:
             raise ToolError(f"{path}: {'; '.join(problems)}")
     return [_record("perf", name, where, PERF_COLUMNS, r) for r in perf_rows] + [
@@ -450,10 +450,14 @@ def check(include_system: bool = True) -> dict[str, Any]:
             entry["problems"].append(f"refused: {exc}")
             continue
         try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+            # a user file's latest writes may still be in its -wal: read it as SQLite would
+            mode = "mode=ro&immutable=1" if where == "system" else "mode=ro"
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, timeout=10)
             try:
                 result = [row[0] for row in conn.execute("PRAGMA integrity_check(20)").fetchall()]
-                versions = dict(conn.execute("SELECT component, version FROM meta").fetchall())
+                versions = {}
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                    versions = dict(conn.execute("SELECT component, version FROM meta").fetchall())
             finally:
                 conn.close()
         except sqlite3.DatabaseError as exc:

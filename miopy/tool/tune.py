@@ -127,6 +127,8 @@ def run(
     err = err or sys.stderr
     if strategy not in ("exhaustive", "budget"):
         raise ToolError(f"--strategy={strategy!r}: expected exhaustive or budget")
+    if strategy == "budget":
+        budgeted(seconds, count, seed)  # refuses a bad budget before anything runs
     pairs = []
     for problem in workload.problems:
         try:

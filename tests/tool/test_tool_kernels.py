@@ -1,0 +1,148 @@
+"""``miopy kernels build | install | show``: a package built for PoCL, installed, then used by a
+fresh process that compiles nothing (counted, not timed); the nearest-CU fallback; CUDA packages
+built by NVRTC without a GPU; mismatched and damaged packages refused with a message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from miopy import config
+from miopy.db import system_files
+from miopy.db.kernel_cache import KernelCache, KernelKey
+from miopy.tool import kernels
+
+WORKLOAD = """# a small workload: two primitives
+miopy-driver conv -n 1 -c 4 -H 8 -W 8 -k 4 -y 3 -x 3 -p 1 -q 1 -F 1
+activ -n 1 -c 4 -H 8 -W 8 -m 3 -F 1
+"""
+
+FRESH = """
+import json, sys
+import miopy
+from miopy.engine.find import find_solutions
+from miopy.tool import workload
+h = miopy.Handle("opencl")
+for p in workload.load(sys.argv[1]).problems:
+    find_solutions(h, p)
+print(json.dumps({"hits": h.kernel_cache.hits, "misses": h.kernel_cache.misses}))
+"""
+
+
+@pytest.fixture
+def built(ocl, tool, tmp_path):
+    (tmp_path / "w.txt").write_text(WORKLOAD)
+    code, out, err = tool(
+        "kernels", "build", tmp_path / "w.txt", "--backend", "opencl", "-o", tmp_path / "out"
+    )
+    assert code == 0, err
+    path = tmp_path / "out" / f"{ocl.db_basename}.kdb"
+    return path, tmp_path / "w.txt"
+
+
+def test_build_install_then_a_fresh_process_compiles_nothing(ocl, built, tool, tool_json, run_module, dirs):
+    path, work = built
+    manifest = json.loads(path.with_name(path.name + ".json").read_text())
+    assert manifest["kernels"] >= 3 and manifest["failed"] == 0 and manifest["problems"] == 2
+    assert manifest["fingerprint"] == ocl.info.fingerprint and manifest["miopy_version"] == config.VERSION
+    assert manifest["size"] == path.stat().st_size
+    shown = tool_json("kernels", "show", path)
+    assert shown["entries"] == manifest["kernels"] and shown["db_basename"] == ocl.db_basename
+    code, out, err = tool("kernels", "install", path)
+    assert code == 0, err
+    installed = dirs["kdb"] / path.name
+    assert installed.is_file() and (installed.stat().st_mode & 0o077) == 0
+    assert tool_json("info")["devices"][0]["kernel_package"] == str(installed)
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(work)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout.splitlines()[-1])
+    assert counts["misses"] == 0 and counts["hits"] >= 3
+    assert "compiling" not in done.stderr and "Missing system database" not in done.stderr
+    assert not list(dirs["cache"].glob("*.ukdb")) or tool_json("cache", "list") == []
+
+
+def test_install_refuses_a_package_for_another_device(built, tool, tmp_path, ocl):
+    path, _ = built
+    other = tmp_path / "other.kdb"
+    import shutil
+    import sqlite3
+
+    shutil.copy(path, other)
+    conn = sqlite3.connect(other)
+    (text,) = conn.execute("SELECT value FROM kdb_manifest").fetchone()
+    conn.execute(
+        "UPDATE kdb_manifest SET value = ?", (json.dumps(json.loads(text) | {"compute_units": 999}),)
+    )
+    conn.commit()
+    conn.close()
+    code, out, err = tool("kernels", "install", other)
+    assert code == 1 and "compute_units: package 999" in err
+    code, out, err = tool("kernels", "install", other, "--force", "--dest", tmp_path / "forced")
+    assert code == 0 and (tmp_path / "forced" / path.name).is_file()
+    # a wheel holding the package
+    wheel = tmp_path / "miopy_kernels_cpu-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(path, f"miopy_kernels/{path.name}")
+    code, out, err = tool("kernels", "install", wheel, "--dest", tmp_path / "from-wheel")
+    assert code == 0, err
+    assert (tmp_path / "from-wheel" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_damaged_or_foreign_packages(tool, tmp_path):
+    bad = tmp_path / "bad.kdb"
+    bad.write_bytes(b"\0" * 4096)
+    code, _, err = tool("kernels", "install", bad)
+    assert code == 1 and err.startswith("miopy: ") and "Traceback" not in err
+    code, _, err = tool("kernels", "install", tmp_path / "missing.kdb")
+    assert code == 1 and "no such file" in err
+    code, _, err = tool("kernels", "build", "no-such-workload", "--backend", "opencl")
+    assert code == 1 and "neither a file nor a built-in set" in err
+
+
+def _package(folder, base: str, key: KernelKey, binary: bytes) -> None:
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    kernels._write_kdb(folder / f"{base}.kdb", [(key, binary)], {"format": kernels.FORMAT})
+
+
+def test_nearest_cu_package_is_used_with_a_warning(dirs, warned_messages):
+    key = KernelKey("activ.cl", "k", "", "h" * 64, "fp")
+    _package(dirs["system"], system_files.basename("gfx90a", 104), key, b"from 104")
+    _package(dirs["kdb"], system_files.basename("gfx90a", 60), key, b"from 60")
+    _package(dirs["kdb"], system_files.basename("gfx908", 110), key, b"other arch")
+    cache = KernelCache(system_files.basename("gfx90a", 110), "opencl", "gfx90a", 110)
+    assert cache.get(key) == b"from 104" and cache.misses == 0
+    (message,) = [m for m in warned_messages() if "Missing system database file" in m]
+    assert "gfx90a6e.kdb" in message and "gfx90a68.kdb" in message and str(dirs["system"]) in message
+    exact = KernelCache(system_files.basename("gfx90a", 60), "opencl", "gfx90a", 60)
+    assert exact.get(key) == b"from 60"
+
+
+def test_basename_parsing():
+    for arch, cus in (("sm_90", 132), ("sm_90", 40), ("gfx90a", 110), ("cpu_skylake", 2)):
+        assert system_files.compute_units_of(system_files.basename(arch, cus), arch) == cus
+    assert system_files.compute_units_of("sm_90a_40", "sm_90") is None
+    assert system_files.compute_units_of("sm_100_40", "sm_90") is None
+
+
+def test_cuda_package_builds_without_a_gpu(tmp_path, tool):
+    pytest.importorskip("cuda.bindings")
+    from miopy.backends import cuda
+
+    if cuda.cuda_include_dir() is None:
+        pytest.skip("no CUDA headers for NVRTC")
+    (tmp_path / "w.txt").write_text("activ -n 2 -c 8 -H 8 -W 8 -m 3 -F 1\n")
+    code, out, err = tool(
+        "kernels", "build", tmp_path / "w.txt", "--arch", "sm_90", "--cu", "132", "-o", tmp_path, "--json"
+    )
+    assert code == 0, err
+    manifest = json.loads(out)
+    assert manifest["db_basename"] == "sm_9084" and manifest["kernels"] >= 1
+    assert manifest["fingerprint"] == cuda.compiler_fingerprint("sm_90")
+    code, _, err = tool("kernels", "build", tmp_path / "w.txt", "--arch", "sm_1", "--cu", "1")
+    assert code == 1 and "unknown CUDA architecture" in err
