@@ -44,7 +44,7 @@ def applicable(handle, problem: Problem, dynamic_only: bool = False) -> list[Sol
         if dynamic_only and not solver.dynamic:
             _log.debug("%s: skipped, not dynamic", solver.name)
             continue
-        reason = solver.is_applicable(handle, view)
+        reason = solver.applicability(handle, view)
         if reason is not None:
             _log.debug("%s: not applicable: %s", solver.name, reason)
             continue
@@ -104,7 +104,7 @@ def resolve_solver(handle, problem: Problem, name: str | int) -> Solver:
     if solver is None:
         known = ", ".join(s.name for s in solvers_for(problem))
         raise BadParm(f"solver={name!r}: unknown solver (known: {known})")
-    reason = solver.is_applicable(handle, problem.solver_view())
+    reason = solver.applicability(handle, problem.solver_view())
     if reason is not None:
         raise NotApplicable(f"solver={solver.name!r}: not applicable: {reason}")
     return solver

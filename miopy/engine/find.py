@@ -84,7 +84,7 @@ def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
         )
         if solver is None or not allowed(solver):
             continue
-        if solver.is_applicable(handle, view) is not None:
+        if solver.applicability(handle, view) is not None:
             continue
         cfg = rec.config if solver.tunable and solver.is_valid_config(handle, view, rec.config) else None
         try:

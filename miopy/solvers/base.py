@@ -25,10 +25,28 @@ class Solver:
     algorithm: ClassVar[str]
     dynamic: ClassVar[bool] = False  # shapes are run-time arguments: no compile per shape
     tunable: ClassVar[bool] = False
+    # Largest element count any tensor or the workspace may span: kernels that index with 32-bit
+    # integers set 2**31 - 1, so a problem past it goes to another solver instead of wrapping
+    # an index (and writing outside a buffer). None: no such limit.
+    max_elements: ClassVar[int | None] = None
 
     def is_applicable(self, ctx: Handle, problem: Problem) -> str | None:
         """None when applicable, else the reason it is not (logged at debug level)."""
         raise NotImplementedError
+
+    def applicability(self, ctx: Handle, problem: Problem) -> str | None:
+        """What the engine asks: ``is_applicable`` plus the solver's index limit."""
+        reason = self.is_applicable(ctx, problem)
+        if reason is not None or self.max_elements is None:
+            return reason
+        for role, desc in problem.tensors().items():
+            span = getattr(desc, "element_space", 0)
+            if span > self.max_elements:
+                return f"{role} spans {span} elements > {self.max_elements} (32-bit indices)"
+        # The smallest element (2 bytes) gives the most elements a workspace can hold.
+        if self.workspace_size(ctx, problem) // 2 > self.max_elements:
+            return f"workspace exceeds {self.max_elements} elements (32-bit indices)"
+        return None
 
     def workspace_size(self, ctx: Handle, problem: Problem) -> int:
         return 0

@@ -418,7 +418,7 @@ def validate(r: dict[str, Any], ctx: Any) -> str | None:
         return None
     view = problem if r["kind"] == "perf" else problem.solver_view()
     try:
-        why = solver.is_applicable(ctx, view)
+        why = solver.applicability(ctx, view)
         if why is not None:
             return f"{solver.name} not applicable: {why}"
         if solver.tunable and cfg is not None and not solver.is_valid_config(ctx, view, cfg):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
@@ -67,6 +67,7 @@ def _limits(ctx) -> tuple[int, int]:
 
 
 class ConvDirectTiledFwd(TunableSolver):
+    max_elements: ClassVar[int | None] = 2**31 - 1  # its kernel indexes with int32
     primitive = "conv"
     name = "ConvDirectTiledFwd"
     id = 11

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -311,6 +311,7 @@ def _chunk(d: Dims, itemsize: int) -> int:
 
 
 class _GemmSolver(Solver):
+    max_elements: ClassVar[int | None] = 2**31 - 1  # GEMM sizes and offsets are int32
     primitive = "conv"
     algorithm = "gemm"
     dynamic = True  # shapes and strides are kernel arguments: one build serves every problem
