@@ -19,6 +19,8 @@ from miopy.solvers.conv.gemm import (
 )
 from miopy.solvers.conv.gemm_lt import GemmLtBwd1x1, GemmLtFwd1x1, GemmLtWrw1x1
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
+from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
+from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
@@ -35,8 +37,10 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmFwdNhwc(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
+        ConvIgemmBwdNhwc(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
+        ConvIgemmWrwNhwc(),
         GemmWrwUniversal(),
         ConvDirectTiledFwd(),
         ConvDirectNaiveFwd(),

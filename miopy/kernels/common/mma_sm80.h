@@ -16,16 +16,16 @@
 #define MMA_TYPE "f16"
 #endif
 
-/* Offset in 16-byte units of chunk `chunk` of row `row` in a tile of ROW_CHUNKS (4 or 8) per row.
-   8 chunks (128 bytes): XOR with row % 8. 4 chunks (64 bytes, two rows per 128-byte line): XOR
-   with (row / 2) % 4. Either way any 8 consecutive rows at one logical chunk hit 8 distinct
-   16-byte bank groups. */
+/* Offset in 16-byte units of chunk `chunk` of row `row` in a tile of ROW_CHUNKS (4 or a multiple
+   of 8) per row. 8 or more chunks (128 bytes or more): the low 3 bits of the chunk XOR row % 8.
+   4 chunks (64 bytes, two rows per 128-byte line): XOR with (row / 2) % 4. Either way any 8
+   consecutive rows at one logical chunk hit 8 distinct 16-byte bank groups. */
 template <int ROW_CHUNKS>
 DEVICE_FN int swizzle(int row, int chunk)
 {
-    static_assert(ROW_CHUNKS == 4 || ROW_CHUNKS == 8, "rows of 4 or 8 chunks");
-    if(ROW_CHUNKS == 8)
-        return row * 8 + (chunk ^ (row & 7));
+    static_assert(ROW_CHUNKS == 4 || ROW_CHUNKS % 8 == 0, "rows of 4 or a multiple of 8 chunks");
+    if(ROW_CHUNKS % 8 == 0)
+        return row * ROW_CHUNKS + (chunk ^ (row & 7));
     return row * 4 + (chunk ^ ((row >> 1) & 3));
 }
 
@@ -45,6 +45,15 @@ DEVICE_FN void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(
 DEVICE_FN void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* The same, transposed: lane i gets the column-wise elements (tiles stored k-major, e.g. an
+   operand whose rows are the reduction index). */
+DEVICE_FN void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
 }

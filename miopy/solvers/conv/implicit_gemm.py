@@ -98,7 +98,7 @@ def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
     return -(-(n * ho * wo) // config["bm"]) * -(-k // config["bn"])
 
 
-def _is_nhwc(desc) -> bool:
+def is_nhwc(desc) -> bool:
     return tuple(desc.strides) == packed_strides(tuple(desc.lens), "NHWC")
 
 
@@ -110,9 +110,60 @@ def smem_limit(ctx) -> int:
     return info.max_dynamic_shared or info.local_mem_size
 
 
-def _compute_units(ctx) -> int:
+def compute_units(ctx) -> int:
     info = getattr(ctx, "info", None)
     return 132 if info is None else max(1, info.compute_units)
+
+
+def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+    """Why the tensor-core implicit-GEMM kernels cannot take ``problem`` in ``direction`` (None
+    when they can): CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC tensors, C and K multiples
+    of 8, every tensor under 2^31 elements (the kernels index with int32)."""
+    backend = getattr(ctx, "backend_name", None)
+    if backend != "cuda":
+        return f"backend is {backend}, not cuda"
+    if problem.direction is not direction:
+        return f"direction is {problem.direction.name}"
+    if problem.spatial_dims != 2:
+        return "3-d convolution"
+    if problem.dtype not in (DataType.FP16, DataType.BF16):
+        return f"dtype is {problem.dtype.value}, not FP16 or BF16"
+    if problem.conv.groups != 1:
+        return f"groups={problem.conv.groups}"
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        if not is_nhwc(desc):
+            return f"{role} is not packed NHWC"
+    c = problem.x.lens[1]
+    k = problem.w.lens[0]
+    if c % 8 or k % 8:
+        return f"C={c} and K={k} must be multiples of 8"
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        if desc.element_space > INT32_MAX:
+            return f"{role} has more than 2^31 elements"
+    return None
+
+
+def tile_config_ok(ctx, config: Any, domain: dict[str, tuple[int, ...]]) -> bool:
+    """A config of the tensor-core kernels is well formed: exactly ``domain``'s fields with
+    values from it, warp tiles of whole 16 x 16 fragments that fit the registers, 64 to 256
+    threads (no more than the device allows), and tiles every thread copies evenly."""
+    if not isinstance(config, dict) or set(config) != set(domain):
+        return False
+    for key, value in config.items():
+        if type(value) is not int or value not in domain[key]:
+            return False
+    if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
+        return False
+    wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
+    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+        return False
+    t = threads(config)
+    info = getattr(ctx, "info", None)
+    max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
+    if not MIN_THREADS <= t <= max_threads:
+        return False
+    chunks = config["bk"] // 8
+    return (config["bm"] * chunks) % t == 0 and (config["bn"] * chunks) % t == 0
 
 
 class ConvIgemmFwdNhwc(TunableSolver):
@@ -121,50 +172,12 @@ class ConvIgemmFwdNhwc(TunableSolver):
     algorithm = "implicit_gemm"
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        backend = getattr(ctx, "backend_name", None)
-        if backend != "cuda":
-            return f"backend is {backend}, not cuda"
-        if problem.direction is not Direction.FORWARD:
-            return f"direction is {problem.direction.name}"
-        if problem.spatial_dims != 2:
-            return "3-d convolution"
-        if problem.dtype not in (DataType.FP16, DataType.BF16):
-            return f"dtype is {problem.dtype.value}, not FP16 or BF16"
-        if problem.conv.groups != 1:
-            return f"groups={problem.conv.groups}"
-        for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
-            if not _is_nhwc(desc):
-                return f"{role} is not packed NHWC"
-        n, c, h, w = problem.x.lens
-        k = problem.w.lens[0]
-        if c % 8 or k % 8:
-            return f"C={c} and K={k} must be multiples of 8"
-        if problem.x.element_space > INT32_MAX:
-            return "an input of more than 2^31 elements"
-        if n * problem.y.lens[2] * problem.y.lens[3] > INT32_MAX:
-            return "more than 2^31 output pixels"
-        return None
+        return nhwc_tensor_core_reason(ctx, problem, Direction.FORWARD)
 
     # ---- configs ---------------------------------------------------------------------------------
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        if not isinstance(config, dict) or set(config) != set(FIELDS):
+        if not tile_config_ok(ctx, config, DOMAIN):
             return False
-        for key, value in config.items():
-            if type(value) is not int or value not in DOMAIN[key]:
-                return False
-        wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
-        if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
-            return False
-        if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
-            return False
-        t = threads(config)
-        info = getattr(ctx, "info", None)
-        max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
-        if not MIN_THREADS <= t <= max_threads:
-            return False
-        chunks = config["bk"] // 8
-        if (config["bm"] * chunks) % t or (config["bn"] * chunks) % t:
-            return False  # every thread copies the same number of 16-byte chunks
         if config["split_k"] > k_tiles(problem, config):
             return False  # a block with nothing to sum
         return smem_bytes(config) <= smem_limit(ctx)
@@ -185,7 +198,7 @@ class ConvIgemmFwdNhwc(TunableSolver):
         valid = [cfg for cfg in chain if self.is_valid_config(ctx, problem, cfg)]
         if not valid:
             return dict(chain[-1])
-        small = grid_blocks(problem, first) < SMALL_GRID_PER_CU * _compute_units(ctx)
+        small = grid_blocks(problem, first) < SMALL_GRID_PER_CU * compute_units(ctx)
         if valid[0] is first and small and len(valid) > 1:
             return dict(valid[1])
         return dict(valid[0])
@@ -197,7 +210,7 @@ class ConvIgemmFwdNhwc(TunableSolver):
         keeps MIN_SLICE_TILES pipeline steps."""
         k = problem.w.lens[0]
         cap_n = max(32, 1 << (k - 1).bit_length())
-        cus = _compute_units(ctx)
+        cus = compute_units(ctx)
         out = []
         for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
             config = dict(zip(FIELDS, values))
