@@ -3,9 +3,10 @@ ResNet-50 layers (batch 32, NHWC), on a GPU.
 
 Timed as scripts/bench_igemm.py times the forward: device events around ITERS back-to-back
 launches queued behind a sleep kernel, rotating SETS input sets, median of REPS loops. cuDNN runs
-through torch (``torch.nn.grad.conv2d_input`` / ``conv2d_weight``, which call
-``aten.convolution_backward`` for the one gradient) with ``cudnn.benchmark = True`` on
+through torch (``aten.convolution_backward`` for the one gradient) with ``cudnn.benchmark = True`` on
 channels_last tensors. Each of our configs is checked against cuDNN's result before it is timed.
+(``torch.nn.grad.conv2d_input`` is not used: it hands cuDNN a contiguous dummy input, and
+cuDNN then takes a mixed-layout path several times slower.)
 
     python scripts/bench_igemm_bwd.py [--dirs B,W] [--dtypes fp16,bf16] [--configs default|all]
                                       [--layers 0,1,...] [--json out.json]
@@ -20,7 +21,7 @@ import statistics
 import sys
 
 import torch
-from bench_igemm import SETS, device_us
+from bench_igemm import SETS
 
 from miopy.engine.bench import compile_all
 from miopy.engine.candidates import make_solution
@@ -77,13 +78,13 @@ def _wrw_cfg(bm, bn, bk, wm, wn, stages, bufs=1):
 WRW_BASES = [
     _wrw_cfg(64, 128, 32, 2, 2, 4),
     _wrw_cfg(128, 128, 32, 2, 2, 4),
-    _wrw_cfg(64, 64, 64, 2, 2, 3),
-    _wrw_cfg(128, 64, 32, 2, 2, 4),
-    _wrw_cfg(64, 256, 32, 2, 4, 3),
-    _wrw_cfg(128, 256, 32, 2, 4, 3),
+    _wrw_cfg(64, 128, 64, 2, 2, 3),
     _wrw_cfg(128, 128, 64, 2, 2, 3),
-    _wrw_cfg(64, 128, 32, 2, 2, 4, 2),
+    _wrw_cfg(128, 64, 64, 2, 2, 3),
+    _wrw_cfg(64, 64, 64, 2, 2, 4),
+    _wrw_cfg(128, 256, 32, 2, 4, 3),
 ]
+WRW_SPLIT_FACTORS = (0.25, 0.5, 1, 2, 4)  # times default_split's choice
 BWD_BASES = [dict(c) for c in PREFERRED[:4]] + [
     {**PREFERRED[0], "bm": 128, "bn": 128, "bk": 32, "stages": 4},
     {**PREFERRED[0], "bm": 64, "bn": 128, "stages": 3},
@@ -108,9 +109,9 @@ def candidates(handle, direction: str, problem: ConvProblem, sweep: bool) -> lis
         more = []
         for base in WRW_BASES:
             best = wrw.default_split(problem, base, handle.info.compute_units)
-            for split in {max(1, best // 2), best, best * 2}:
-                if split in wrw.DOMAIN["split_k"]:
-                    more.append({**base, "split_k": split})
+            splits = {max(1, min(128, round(best * f))) for f in WRW_SPLIT_FACTORS}
+            splits = {min(wrw.DOMAIN["split_k"], key=lambda d: abs(d - s)) for s in splits}
+            more += [{**base, "split_k": split} for split in sorted(splits)]
     for cfg in more:
         if cfg not in configs and solver.is_valid_config(handle, problem, cfg):
             configs.append(dict(cfg))
@@ -135,6 +136,28 @@ def kernel_facts(handle, solution, smem: int) -> dict:
     return facts
 
 
+REPS = 3
+
+
+def device_us(fns, iters: int = 100) -> float:
+    """Median over REPS of the mean device time of ``iters`` launches cycling through ``fns``,
+    queued behind a sleep kernel (about 5 ms) so that the GPU never waits for the host."""
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        torch.cuda._sleep(10_000_000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(iters):
+            fns[i % len(fns)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / iters)
+    return statistics.median(times)
+
+
 def make_problem(direction: str, dtype: str, layer) -> ConvProblem:
     c, hw, k, f, stride = layer
     return ConvProblem.create(
@@ -154,14 +177,20 @@ def bench_layer(handle, direction, dtype, layer, sols) -> dict:
     xs = [torch.randn(BATCH, c, hw, hw, device="cuda", dtype=tdt).to(memory_format=cl) for _ in range(SETS)]
     dys = [torch.randn(BATCH, k, ho, ho, device="cuda", dtype=tdt).to(memory_format=cl) for _ in range(SETS)]
     w = (torch.randn(k, c, f, f, device="cuda") / (c * f * f) ** 0.5).to(tdt).to(memory_format=cl)
-    grad = torch.nn.grad
-    if direction == "B":
-        calls = [functools.partial(grad.conv2d_input, xs[0].shape, w, dy, stride, pad) for dy in dys]
-        outs = [torch.empty_like(xs[0]) for _ in range(SETS)]
-    else:
-        calls = [functools.partial(grad.conv2d_weight, x, w.shape, dy, stride, pad) for x, dy in zip(xs, dys)]
-        outs = [torch.empty_like(w) for _ in range(SETS)]
+    # aten.convolution_backward for the one gradient, every tensor channels_last (torch.nn.grad's
+    # helpers pass a contiguous dummy input, which sends cuDNN down a mixed-layout path)
+    mask = [direction == "B", direction == "W", False]
+
+    def cudnn_grad(x, dy):
+        grads = torch.ops.aten.convolution_backward(
+            dy, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask
+        )
+        return grads[0] if direction == "B" else grads[1]
+
+    calls = [functools.partial(cudnn_grad, x, dy) for x, dy in zip(xs, dys)]
+    outs = [torch.empty_like(xs[0] if direction == "B" else w) for _ in range(SETS)]
     refs = [fn() for fn in calls]
+    assert all(r.is_contiguous(memory_format=cl) for r in refs), "cuDNN's result is not channels_last"
     cudnn = device_us(calls)
     flops = 2.0 * BATCH * ho * ho * k * c * f * f
     be = handle.backend

@@ -311,7 +311,8 @@ def test_splits(handle):
     base = {**DEFAULT_SMALL_GRID, "bk": 32, "frag_bufs": 1}
     for dtype, split in (("fp16", 2), ("bf16", 3)):
         # stride 3 over a 2x2 filter: some phases have no taps (dx there is 0)
-        problem = make(dtype, (2, 32, 11, 10), (48, 32, 2, 2), "B", pads=(0, 1), strides=(3, 3))
+        problem = make(dtype, (2, 32, 11, 10), (136, 32, 2, 2), "B", pads=(0, 1), strides=(3, 3))
+        assert bwd.max_k_tiles(problem, base) == 5  # one tap of 136 channels, 32 at a time
         check(handle, BWD, problem, rng, {**base, "split_k": split})
     for dtype, split in (("fp16", 3), ("bf16", 6)):
         problem = make(dtype, (4, 32, 12, 12), (48, 32, 3, 3), "W", pads=(1, 1))
