@@ -127,11 +127,12 @@ def test_wrw_defaults_fill_the_device():
     for problem in resnet("W"):
         config = WRW.default_config(CTX, problem)
         blocks = wrw.tiles(problem, config) * config["split_k"]
-        assert blocks <= 2 * 132 or config["split_k"] == 1, (problem.key(), config)
+        assert blocks <= 132 or config["split_k"] == 1, (problem.key(), config)
         assert wrw.k_tiles(problem, config) >= config["split_k"] * 8
-        assert config["bm"] == (64 if problem.w.lens[0] <= 64 else 128)
+        k, c, r, s = problem.w.lens
+        assert config["bm"] == (64 if k <= 64 < r * s * c else 128)
     first = WRW.default_config(CTX, resnet("W")[0])  # 64 x 576 dw, 100352 pixels: a long split
-    assert first["split_k"] == 48 and wrw.tiles(resnet("W")[0], first) == 5
+    assert first["split_k"] == 24 and wrw.tiles(resnet("W")[0], first) == 5
     assert WRW.default_config(fake_ctx(compute_units=2), resnet("W")[3])["split_k"] == 1
 
 
@@ -193,13 +194,13 @@ def test_wrw_launch_geometry():
     main, reduce = program.kernels
     assert program.steps[0].args == (Tensor("x"), Tensor("y"), Tensor("w"), Workspace())
     assert program.steps[1].args == (Workspace(), Tensor("w"))
-    assert main.global_size == (5 * 128, 48) and main.local_size == (128, 1)
+    assert main.global_size == (5 * 128, 24) and main.local_size == (128, 1)
     assert reduce.name == "igemm_wrw_splitk_reduce" and reduce.global_size[0] >= 64 * 576 // 8
-    assert program.workspace == 48 * 64 * 576 * 4
+    assert program.workspace == 24 * 64 * 576 * 4
     one = {**config, "split_k": 1}
     program = WRW.get_program(CTX, problem, one)
     assert len(program.steps) == 1 and program.workspace == 0 and program.steps[0].args[3] is None
-    assert program.steps[0].shared_mem == wrw.smem_bytes(one) == 4 * 192 * 32 * 2
+    assert program.steps[0].shared_mem == wrw.smem_bytes(one) == 3 * 192 * 64 * 2
 
 
 def _nvrtc_reason() -> str | None:
@@ -225,8 +226,7 @@ def test_sample_of_configs_compiles_for_sm90(direction):
     rng = np.random.default_rng(7)
     for problem in (resnet(direction)[5], ODD[direction]):
         space = list(solver.search_space(CTX, problem))
-        picks = [solver.default_config(CTX, problem), space[0], space[-1]]
-        picks += [space[i] for i in rng.choice(len(space), 1, replace=False)]
+        picks = [solver.default_config(CTX, problem), space[int(rng.integers(len(space)))]]
         for config in picks:
             for spec in solver.get_program(CTX, problem, config).kernels:
                 cubin = compile_cubin(source, f"{name}.cu", spec.options(), arch="sm_90")
