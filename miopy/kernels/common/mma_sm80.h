@@ -11,6 +11,7 @@
 #include "common/miopy_types.h"
 
 #if MIOPY_DTYPE == 2
+#include <cuda_bf16.h>
 #define MMA_TYPE "bf16"
 #else
 #define MMA_TYPE "f16"
@@ -67,11 +68,13 @@ DEVICE_FN void mma_16816(float* d, const u32* a, const u32* b)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* Two fp32 values rounded to two adjacent 16-bit elements (round to nearest even). */
+/* Two fp32 values rounded to two adjacent 16-bit elements (round to nearest even; one cvt
+   instruction for both, NaN stays NaN). */
 DEVICE_FN u32 pack2(float lo, float hi)
 {
 #if MIOPY_DTYPE == 2
-    return (u32)float_to_bf16(lo) | ((u32)float_to_bf16(hi) << 16);
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&h);
 #else
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<u32*>(&h);
