@@ -133,7 +133,9 @@ def test_wrw_defaults_fill_the_device():
         k, c, r, s = problem.w.lens
         assert config["bm"] == (64 if k <= 64 < r * s * c else 128)
     first = WRW.default_config(CTX, resnet("W")[0])  # 64 x 576 dw, 100352 pixels: a long split
-    assert first["split_k"] == 32 and wrw.tiles(resnet("W")[0], first) == 5  # nearest to 1.5 x 132 / 5
+    assert first["split_k"] == 24 and wrw.tiles(resnet("W")[0], first) == 5  # 120 blocks: one wave
+    wide = WRW.default_config(CTX, resnet("W")[2])  # 256 x 2304: 72 tiles, one wave is short
+    assert wrw.tiles(resnet("W")[2], wide) == 72 and wide["split_k"] == 3
     assert WRW.default_config(fake_ctx(compute_units=2), resnet("W")[3])["split_k"] == 1
 
 
@@ -195,9 +197,9 @@ def test_wrw_launch_geometry():
     main, reduce = program.kernels
     assert program.steps[0].args == (Tensor("x"), Tensor("y"), Tensor("w"), Workspace())
     assert program.steps[1].args == (Workspace(), Tensor("w"))
-    assert main.global_size == (5 * 128, 32) and main.local_size == (128, 1)
+    assert main.global_size == (5 * 128, 24) and main.local_size == (128, 1)
     assert reduce.name == "igemm_wrw_splitk_reduce" and reduce.global_size[0] >= 64 * 576 // 8
-    assert program.workspace == 32 * 64 * 576 * 4
+    assert program.workspace == 24 * 64 * 576 * 4
     one = {**config, "split_k": 1}
     program = WRW.get_program(CTX, problem, one)
     assert len(program.steps) == 1 and program.workspace == 0 and program.steps[0].args[3] is None

@@ -39,7 +39,8 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     **FWD_DOMAIN,
     "split_k": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),  # slices of the pixel reduction
 }
-BLOCKS_PER_CU = 1.5  # the default split aims at this many blocks per multiprocessor
+FULL_WAVE = 0.9  # a grid of at least this many blocks per multiprocessor counts as one wave
+SHORT_GRID_WAVES = 1.5  # the blocks per multiprocessor a split aims at where one wave is short
 
 
 def _cfg(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, split: int = 1) -> dict:
@@ -91,12 +92,19 @@ def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
 
 
 def default_split(problem: ConvProblem, config: dict[str, int], cus: int) -> int:
-    """The split in DOMAIN nearest to BLOCKS_PER_CU blocks per multiprocessor (the smaller on a
-    tie) among those that keep each slice MIN_SLICE_TILES steps long (1 if none does). The
-    H200 sweep's winners sat at 1.2 to 1.7 blocks per SM on 20 of 22 ResNet-50 layers."""
-    want = BLOCKS_PER_CU * cus / tiles(problem, config)
+    """The largest split in DOMAIN whose grid fits one wave (one block per multiprocessor);
+    where that grid is short of FULL_WAVE, the split nearest SHORT_GRID_WAVES blocks per
+    multiprocessor instead (the smaller on a tie). Only splits whose slices keep
+    MIN_SLICE_TILES steps; 1 if none does. On the H200 this picked the faster of the two rules
+    measured on each of the 22 ResNet-50 layers (one wave won on 1x1 layers, 1.5 waves on 3x3
+    layers whose one-wave grid was 0.5 to 0.8 of the SMs)."""
+    n_tiles = tiles(problem, config)
     fits = [s for s in DOMAIN["split_k"] if k_tiles(problem, config) >= s * MIN_SLICE_TILES]
-    return min(fits, key=lambda s: (abs(s - want), s), default=1)
+    split = max((s for s in fits if s * n_tiles <= cus), default=1)
+    if split * n_tiles < FULL_WAVE * cus and fits:
+        want = SHORT_GRID_WAVES * cus / n_tiles
+        split = min(fits, key=lambda s: (abs(s - want), s))
+    return split
 
 
 class ConvIgemmWrwNhwc(TunableSolver):
