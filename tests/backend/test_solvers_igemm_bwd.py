@@ -128,7 +128,8 @@ def test_wrw_defaults_fill_the_device():
         config = WRW.default_config(CTX, problem)
         blocks = wrw.tiles(problem, config) * config["split_k"]
         assert blocks <= 2 * 132 or config["split_k"] == 1, (problem.key(), config)
-        assert blocks >= 132 or config["split_k"] * 2 * 8 > wrw.k_tiles(problem, config)
+        longest = max(d for d in wrw.DOMAIN["split_k"] if wrw.k_tiles(problem, config) >= 8 * d)
+        assert blocks >= wrw.FULL_WAVE * 132 or config["split_k"] == longest, (problem.key(), config)
         assert wrw.k_tiles(problem, config) >= config["split_k"] * 8
         k, c, r, s = problem.w.lens
         assert config["bm"] == (64 if k <= 64 < r * s * c else 128)
