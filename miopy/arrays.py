@@ -26,6 +26,8 @@ _DTYPES = {
     DataType.FP32: ("float32",),
     DataType.FP16: ("float16",),
     DataType.BF16: ("uint16", "bfloat16"),
+    DataType.FP64: ("float64",),
+    DataType.INT32: ("int32",),
 }
 
 

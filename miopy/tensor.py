@@ -16,11 +16,22 @@ class DataType(enum.Enum):
     FP32 = "FP32"
     FP16 = "FP16"
     BF16 = "BF16"
+    # Reductions only: fp64 data (reducefp64, where the device has fp64) and int32 indices.
+    FP64 = "FP64"
+    INT32 = "INT32"
 
     @property
     def storage(self) -> np.dtype:
         """NumPy dtype of the stored bits (bf16 is kept as uint16)."""
-        return np.dtype({"FP32": np.float32, "FP16": np.float16, "BF16": np.uint16}[self.value])
+        return np.dtype(
+            {
+                "FP32": np.float32,
+                "FP16": np.float16,
+                "BF16": np.uint16,
+                "FP64": np.float64,
+                "INT32": np.int32,
+            }[self.value]
+        )
 
     @property
     def itemsize(self) -> int:
@@ -29,7 +40,7 @@ class DataType(enum.Enum):
     @property
     def code(self) -> int:
         """Compile-time id used by the kernels (MIOPY_DTYPE)."""
-        return {"FP32": 0, "FP16": 1, "BF16": 2}[self.value]
+        return {"FP32": 0, "FP16": 1, "BF16": 2, "FP64": 3, "INT32": 4}[self.value]
 
     @classmethod
     def parse(cls, text: str | DataType) -> DataType:
@@ -45,10 +56,14 @@ class DataType(enum.Enum):
             "BF16": "BF16",
             "BFP16": "BF16",
             "BFLOAT16": "BF16",
+            "FP64": "FP64",
+            "DOUBLE": "FP64",
+            "FLOAT64": "FP64",
+            "INT32": "INT32",
         }
         key = str(text).upper()
         if key not in aliases:
-            raise bad("dtype", text, "expected fp32, fp16 or bf16")
+            raise bad("dtype", text, "expected fp32, fp16, bf16 (fp64 and int32 for reductions)")
         return cls(aliases[key])
 
 
@@ -107,13 +122,18 @@ def to_storage(values: np.ndarray, dtype: DataType) -> np.ndarray:
     """Real values -> the stored representation of ``dtype``."""
     if dtype is DataType.BF16:
         return to_bf16_bits(np.asarray(values, dtype=np.float32))
+    if dtype is DataType.INT32:
+        values = np.asarray(values)
+        return np.where(np.isfinite(values), values, -1).astype(np.int32)
     return np.asarray(values).astype(dtype.storage)
 
 
 def from_storage(stored: np.ndarray, dtype: DataType) -> np.ndarray:
-    """The stored representation -> float32 values."""
+    """The stored representation -> float32 values (float64 for FP64)."""
     if dtype is DataType.BF16:
         return from_bf16_bits(stored)
+    if dtype is DataType.FP64:
+        return np.asarray(stored).astype(np.float64)
     return np.asarray(stored).astype(np.float32)
 
 

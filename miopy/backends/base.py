@@ -51,6 +51,7 @@ class DeviceInfo:
     # Most dynamic shared memory a block may ask for at launch (CUDA's opt-in limit, 227 KB on
     # Hopper); 0 where launches take none (OpenCL).
     max_dynamic_shared: int = 0
+    fp64: bool = True  # double precision arithmetic (OpenCL: cl_khr_fp64)
 
     @property
     def db_basename(self) -> str:

@@ -111,6 +111,7 @@ class Backend(BackendBase):
             fingerprint=fingerprint,
             max_work_group_size=d.max_work_group_size,
             local_mem_size=d.local_mem_size,
+            fp64=bool(getattr(d, "double_fp_config", 0)) or "cl_khr_fp64" in d.extensions,
         )
         self._recording: list | None = None
 

@@ -41,6 +41,9 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "bnormfp16fp32": ("miopy.driver.bnorm", "run", "bnormfp16fp32"),
     "bnormbfp16fp32": ("miopy.driver.bnorm", "run", "bnormbfp16fp32"),
     "bnormbfp16": ("miopy.driver.bnorm", "run", "bnormbfp16"),
+    "tensorop": ("miopy.driver.tensorop", "run", "FP32"),
+    "tensoropfp16": ("miopy.driver.tensorop", "run", "FP16"),
+    "tensoropbfp16": ("miopy.driver.tensorop", "run", "BF16"),
 }
 
 _INT = re.compile(r"^[+-]?[0-9]+$")

@@ -25,7 +25,7 @@ from typing import Any
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.tensor import DataType
 
-BASE = {DataType.FP32: 1.5e-6, DataType.FP16: 8.2e-3, DataType.BF16: 8.2e-3 * 8}
+BASE = {DataType.FP32: 1.5e-6, DataType.FP16: 8.2e-3, DataType.BF16: 8.2e-3 * 8, DataType.FP64: 1e-12}
 FP32_ROUNDOFF = 2.0**-24
 
 

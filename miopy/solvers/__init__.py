@@ -24,6 +24,7 @@ from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
 
 if TYPE_CHECKING:
     from miopy.problem.base import Problem
@@ -50,6 +51,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "activ": [ActivFwdPacked(), ActivFwdStrided(), ActivBwdPacked(), ActivBwdStrided()],
     "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdVec(), PoolingBwdDirect()],
     "bnorm": BNORM_SOLVERS,
+    "tensorop": [TensorOpPacked(), TensorOpStrided()],
 }
 CONV_SOLVERS = SOLVERS["conv"]
 

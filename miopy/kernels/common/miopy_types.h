@@ -61,6 +61,13 @@ typedef __half data_t;
 #define LOAD(p, i) __half2float((p)[i])
 #define STORE(p, i, v) ((p)[i] = __float2half_rn(v))
 #endif
+#elif MIOPY_DTYPE == 3 /* fp64 (reductions); computed in double */
+#ifdef __OPENCL_VERSION__
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+typedef double data_t;
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
 #else
 typedef u16 data_t;
 DEVICE_FN float bf16_to_float(u16 v) {
@@ -82,6 +89,13 @@ DEVICE_FN u16 float_to_bf16(float f) {
 }
 #define LOAD(p, i) bf16_to_float((p)[i])
 #define STORE(p, i, v) ((p)[i] = float_to_bf16(v))
+#endif
+
+/* acc_t: what kernels compute and accumulate in (fp32; fp64 for fp64 data). */
+#if MIOPY_DTYPE == 3
+typedef double acc_t;
+#else
+typedef float acc_t;
 #endif
 
 #endif
