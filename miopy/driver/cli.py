@@ -44,6 +44,13 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "tensorop": ("miopy.driver.tensorop", "run", "FP32"),
     "tensoropfp16": ("miopy.driver.tensorop", "run", "FP16"),
     "tensoropbfp16": ("miopy.driver.tensorop", "run", "BF16"),
+    "softmax": ("miopy.driver.softmax", "run", "FP32"),
+    "softmaxfp16": ("miopy.driver.softmax", "run", "FP16"),
+    "softmaxbfp16": ("miopy.driver.softmax", "run", "BF16"),
+    "reduce": ("miopy.driver.reduce", "run", "FP32"),
+    "reducefp16": ("miopy.driver.reduce", "run", "FP16"),
+    "reducebfp16": ("miopy.driver.reduce", "run", "BF16"),
+    "reducefp64": ("miopy.driver.reduce", "run", "FP64"),
 }
 
 _INT = re.compile(r"^[+-]?[0-9]+$")

@@ -86,9 +86,9 @@ def run_family(
     argv: list[str],
     out: TextIO,
     flags: list[Flag],
-    build: Callable[[dict[str, Any]], tuple[list[harness.Case], dict[str, np.ndarray]]],
+    build: Callable[[dict[str, Any]], list[tuple[harness.Case, dict[str, np.ndarray]]]],
 ) -> int:
-    """Help, the command line, then each case of ``build(values)`` (cases, shared input buffers)."""
+    """Help, the command line, then each (case, its input buffers by role) of ``build(values)``."""
     if wants_help(argv):
         print_flags(sub, flags, out)
         return EXIT_OK
@@ -96,13 +96,12 @@ def run_family(
     out.flush()
     values = parse_flags(argv, flags)
     harness.check_common(values, lambda long: label(flags, long))
-    cases, inputs = build(values)
+    cases = build(values)
     from miopy.handle import Handle
 
     handle = Handle()
     ok = True
-    for case in cases:
-        given = {r: inputs[r] for r in case.problem.tensors() if r in inputs}
+    for case, given in cases:
         ok = harness.run_case(handle, case, values, given, out) and ok
         out.flush()
     return EXIT_OK if ok else EXIT_VERIFY_FAILED

@@ -102,7 +102,7 @@ def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
             stats=lambda ms: _stats(problem, ms),
             solution_flag=_label("solution"),
         )
-        return [case], given
+        return [(case, given)]
 
     return family.run_family(sub, argv, out, FLAGS, build)
 

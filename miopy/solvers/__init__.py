@@ -24,6 +24,8 @@ from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.solvers.reduce import ReduceGeneric, ReduceRows
+from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxStrided
 from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ SOLVERS: dict[str, list[Solver]] = {
     "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdVec(), PoolingBwdDirect()],
     "bnorm": BNORM_SOLVERS,
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
+    "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
+    "reduce": [ReduceRows(), ReduceGeneric()],
 }
 CONV_SOLVERS = SOLVERS["conv"]
 

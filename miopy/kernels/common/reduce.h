@@ -1,0 +1,210 @@
+/* Reductions (see miopy/problem/reduce.py): op 0 add, 1 mul, 2 min, 3 max, 4 amax, 5 avg,
+   6 norm1, 7 norm2; accumulated in acc_t (fp32; fp64 for fp64 data). y = alpha * r + beta * y
+   (y read when read_y); with want_idx, idx gets the position of the chosen element (first
+   occurrence wins; NaN wins when nanprop).
+
+   reduce_rows: the reduced elements of each output are one contiguous run of L elements (the
+   reduced dimensions innermost in memory, packed); a team of RED_TEAM work items reads the run
+   coalesced, RED_GROUP / RED_TEAM outputs per work-group, local-memory tree to finish.
+   reduce_generic: one work item per output, nested loops over up to 5 reduced dimensions in
+   logical order (any strides); coalesced when the kept dimensions are innermost. */
+#include "common/miopy_types.h"
+
+#ifndef RED_TEAM
+#define RED_TEAM 64
+#endif
+#define RED_GROUP 256
+#define RED_ROWS (RED_GROUP / RED_TEAM)
+
+#ifdef __OPENCL_VERSION__
+#define RED_NUM_GROUPS0 ((long)get_num_groups(0))
+#define RED_SQRT sqrt
+#else
+#define RED_NUM_GROUPS0 ((long long)gridDim.x)
+#if MIOPY_DTYPE == 3
+#define RED_SQRT sqrt
+#else
+#define RED_SQRT sqrtf
+#endif
+#endif
+
+#define RED_ISNAN(v) ((v) != (v))
+#define RED_ABS(v) ((v) < 0 ? -(v) : (v))
+
+DEVICE_FN acc_t red_init(int op)
+{
+    switch(op)
+    {
+    case 1: return (acc_t)1;
+    case 2: return (acc_t)1 / (acc_t)0;  /* +inf */
+    case 3: return -(acc_t)1 / (acc_t)0; /* -inf */
+    default: return (acc_t)0;           /* add, avg, norms; amax of |x| */
+    }
+}
+
+DEVICE_FN int red_compares(int op) { return op >= 2 && op <= 4; }
+
+/* does candidate (v, i) replace the current (b, bi)? (min, max, amax: v already |x| for amax) */
+DEVICE_FN int red_better(acc_t v, i64 i, acc_t b, i64 bi, int op, int nanprop)
+{
+    const int vn = RED_ISNAN(v), bn = RED_ISNAN(b);
+    if(nanprop && (vn || bn))
+        return vn && (!bn || i < bi);
+    if(vn)
+        return 0;
+    if(bn)
+        return 1;
+    if(v == b)
+        return i < bi;
+    return op == 2 ? v < b : v > b;
+}
+
+/* fold one element x at position i into (acc, ai) */
+DEVICE_FN void red_step(acc_t* acc, i64* ai, acc_t x, i64 i, int op, int nanprop)
+{
+    switch(op)
+    {
+    case 1: *acc *= x; break;
+    case 2:
+    case 3:
+    case 4:
+    {
+        const acc_t v = op == 4 ? RED_ABS(x) : x;
+        if(*ai < 0 ? (nanprop || !RED_ISNAN(v)) : red_better(v, i, *acc, *ai, op, nanprop))
+        {
+            *acc = v;
+            *ai = i;
+        }
+        break;
+    }
+    case 6: *acc += RED_ABS(x); break;
+    case 7: *acc += x * x; break;
+    default: *acc += x; break;
+    }
+}
+
+/* combine two partial results (a, ai) <- (b, bi) */
+DEVICE_FN void red_merge(acc_t* a, i64* ai, acc_t b, i64 bi, int op, int nanprop)
+{
+    if(red_compares(op))
+    {
+        if(red_better(b, bi, *a, *ai, op, nanprop))
+        {
+            *a = b;
+            *ai = bi;
+        }
+    }
+    else if(op == 1)
+        *a *= b;
+    else
+        *a += b;
+}
+
+DEVICE_FN void red_finish(GLOBAL data_t* y, GLOBAL int* idx, i64 yo, acc_t acc, i64 ai, int op, i64 count,
+                          acc_t alpha, acc_t beta, int read_y, int want_idx)
+{
+    acc_t r = acc;
+    if(op == 5)
+        r = acc / (acc_t)count;
+    else if(op == 7)
+        r = RED_SQRT(acc);
+    if(red_compares(op) && ai < 0) /* every element skipped (NaN without propagation) */
+        ai = 0;
+    const acc_t old = read_y ? (acc_t)LOAD(y, yo) : (acc_t)0;
+    STORE(y, yo, read_y ? alpha * r + beta * old : alpha * r);
+    if(want_idx)
+        idx[yo] = (int)ai;
+}
+
+#define RED_KEPT_ARGS int k0, int k1, int k2, int k3, int k4
+#define RED_STRIDES(t) i64 t##0, i64 t##1, i64 t##2, i64 t##3, i64 t##4
+/* kept coordinates of output o (logical order, k4 innermost) -> offsets in x (xs) and y (ys) */
+#define RED_KEPT_OFFSETS(o, xoff, yoff)                                         \
+    i64 xoff = 0, yoff = 0;                                                     \
+    {                                                                           \
+        i64 r_ = (o), c_;                                                       \
+        c_ = r_ % k4; r_ /= k4; xoff += c_ * xs4; yoff += c_ * ys4;             \
+        c_ = r_ % k3; r_ /= k3; xoff += c_ * xs3; yoff += c_ * ys3;             \
+        c_ = r_ % k2; r_ /= k2; xoff += c_ * xs2; yoff += c_ * ys2;             \
+        c_ = r_ % k1; r_ /= k1; xoff += c_ * xs1; yoff += c_ * ys1;             \
+        xoff += r_ * xs0; yoff += r_ * ys0;                                     \
+    }
+
+KERNEL void reduce_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx,
+                        i64 nout, i64 L, RED_KEPT_ARGS, RED_STRIDES(xs), RED_STRIDES(ys), int op, int nanprop,
+                        int want_idx, acc_t alpha, acc_t beta, int read_y)
+{
+    LOCAL acc_t red_v[RED_GROUP];
+    LOCAL i64 red_i[RED_GROUP];
+    const int tid = LOCAL_ID0, lane = tid % RED_TEAM, team = tid / RED_TEAM;
+    const i64 nblocks = (nout + RED_ROWS - 1) / RED_ROWS;
+    for(i64 blk = GROUP_ID0; blk < nblocks; blk += RED_NUM_GROUPS0)
+    {
+        const i64 o = blk * RED_ROWS + team;
+        const int live = o < nout;
+        RED_KEPT_OFFSETS(live ? o : 0, xb, yo)
+        acc_t acc = red_init(op);
+        i64 ai = -1;
+        if(live)
+        {
+            i64 j = lane;
+            for(; j + 3 * RED_TEAM < L; j += 4 * RED_TEAM)
+            {
+                const acc_t v0 = LOAD(x, xb + j), v1 = LOAD(x, xb + j + RED_TEAM);
+                const acc_t v2 = LOAD(x, xb + j + 2 * RED_TEAM), v3 = LOAD(x, xb + j + 3 * RED_TEAM);
+                red_step(&acc, &ai, v0, j, op, nanprop);
+                red_step(&acc, &ai, v1, j + RED_TEAM, op, nanprop);
+                red_step(&acc, &ai, v2, j + 2 * RED_TEAM, op, nanprop);
+                red_step(&acc, &ai, v3, j + 3 * RED_TEAM, op, nanprop);
+            }
+            for(; j < L; j += RED_TEAM)
+                red_step(&acc, &ai, LOAD(x, xb + j), j, op, nanprop);
+        }
+        BARRIER();
+        red_v[tid] = acc;
+        red_i[tid] = ai < 0 ? (i64)1 << 62 : ai;
+        BARRIER();
+        for(int s = RED_TEAM / 2; s > 0; s >>= 1)
+        {
+            if(lane < s)
+            {
+                acc_t a = red_v[tid];
+                i64 b = red_i[tid];
+                red_merge(&a, &b, red_v[tid + s], red_i[tid + s], op, nanprop);
+                red_v[tid] = a;
+                red_i[tid] = b;
+            }
+            BARRIER();
+        }
+        if(live && lane == 0)
+        {
+            const i64 bi = red_i[tid];
+            red_finish(y, idx, yo, red_v[tid], bi == (i64)1 << 62 ? -1 : bi, op, L, alpha, beta, read_y,
+                       want_idx);
+        }
+    }
+}
+
+KERNEL void reduce_generic(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx,
+                           i64 nout, RED_KEPT_ARGS, RED_STRIDES(xs), RED_STRIDES(ys), int r0, int r1, int r2, int r3,
+                           int r4, RED_STRIDES(rs), int op, int nanprop, int want_idx, acc_t alpha, acc_t beta,
+                           int read_y)
+{
+    const i64 count = (i64)r0 * r1 * r2 * r3 * r4;
+    for(i64 o = GLOBAL_ID0; o < nout; o += GLOBAL_SIZE0)
+    {
+        RED_KEPT_OFFSETS(o, xb, yo)
+        acc_t acc = red_init(op);
+        i64 ai = -1, i = 0;
+        for(int a = 0; a < r0; ++a)
+            for(int b = 0; b < r1; ++b)
+                for(int c = 0; c < r2; ++c)
+                    for(int d = 0; d < r3; ++d)
+                    {
+                        const i64 base = xb + a * rs0 + b * rs1 + c * rs2 + d * rs3;
+                        for(int e = 0; e < r4; ++e, ++i)
+                            red_step(&acc, &ai, LOAD(x, base + e * rs4), i, op, nanprop);
+                    }
+        red_finish(y, idx, yo, acc, ai, op, count, alpha, beta, read_y, want_idx);
+    }
+}

@@ -1,0 +1,338 @@
+/* Softmax forward and backward (see miopy/problem/softmax.py), computed in fp32.
+
+   *_rows: every group is SMAX_TEAM-strided over one contiguous row of L elements (instance mode
+   on a packed tensor, channel mode where C is innermost or H = W = 1). A work-group of
+   SMAX_GROUP threads takes SMAX_GROUP / SMAX_TEAM rows; each thread reads chunks of VEC elements
+   (16-byte vectors when vec_ok), keeping SMAX_PER chunks in registers so that the data are read
+   once and written once (SMAX_PER 0: read twice, the second time from cache). Team reductions use
+   warp shuffles on CUDA (teams of up to 32), local memory otherwise. Forward reduces the maximum and
+   the sum of exp(x - max) in one online pass.
+   *_cols: channel mode with C strided by inner (NCHW): one work item per (n, position), reading
+   along C; consecutive work items read consecutive addresses.
+   *_strided: any strides, one work item per group (the fallback). */
+#include "common/vec.h"
+
+#ifndef SMAX_TEAM
+#define SMAX_TEAM 32
+#endif
+#ifndef SMAX_PER
+#define SMAX_PER 0
+#endif
+#define SMAX_GROUP 256
+#define SMAX_ROWS (SMAX_GROUP / SMAX_TEAM)
+
+#ifdef __OPENCL_VERSION__
+#define SMAX_LPTR __local
+#define SMAX_NEG_INF (-INFINITY)
+#define SMAX_LOGF log
+#define NUM_GROUPS0 ((long)get_num_groups(0))
+#else
+#define SMAX_LPTR
+#define SMAX_NEG_INF (-__int_as_float(0x7f800000))
+#define SMAX_LOGF logf
+#define NUM_GROUPS0 ((long long)gridDim.x)
+#endif
+
+#if SMAX_PER > 0
+#define SMAX_NPER SMAX_PER
+#define SMAX_SLOT(k) (k)
+#define SMAX_SLOTS SMAX_PER
+#else
+#define SMAX_NPER per
+#define SMAX_SLOT(k) 0
+#define SMAX_SLOTS 1
+#endif
+
+/* op 0: max, 1: sum over the team; every thread of the work-group must call it */
+DEVICE_FN float smax_team(float v, int op, SMAX_LPTR float* red, int tid, int lane)
+{
+#if !defined(__OPENCL_VERSION__) && SMAX_TEAM <= 32
+    UNROLL
+    for(int o = SMAX_TEAM / 2; o > 0; o >>= 1)
+    {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op == 0 ? fmaxf(v, w) : v + w;
+    }
+    return v;
+#else
+    BARRIER();
+    red[tid] = v;
+    BARRIER();
+    for(int s = SMAX_TEAM / 2; s > 0; s >>= 1)
+    {
+        if(lane < s)
+        {
+            const float w = red[tid + s];
+            red[tid] = op == 0 ? F_MAX(red[tid], w) : red[tid] + w;
+        }
+        BARRIER();
+    }
+    return red[tid - lane];
+#endif
+}
+
+DEVICE_FN int smax_count(int c, int L)
+{
+    const int r = L - c * VEC;
+    return r <= 0 ? 0 : (r < VEC ? r : VEC);
+}
+
+DEVICE_FN void smax_load(const GLOBAL data_t* p, i64 base, int c, int n, int vec_ok, float* v)
+{
+    if(n == VEC && vec_ok)
+        load_vec(p, base + (i64)c * VEC, v);
+    else
+        for(int j = 0; j < VEC; ++j)
+            v[j] = j < n ? LOAD(p, base + (i64)c * VEC + j) : 0.0f;
+}
+
+DEVICE_FN void smax_store(GLOBAL data_t* p, i64 base, int c, int n, int vec_ok, const float* v)
+{
+    if(n == VEC && vec_ok)
+        store_vec(p, base + (i64)c * VEC, v);
+    else
+        for(int j = 0; j < n; ++j)
+            STORE(p, base + (i64)c * VEC + j, v[j]);
+}
+
+/* online (max, sum of exp(v - max)) update with one value */
+#define SMAX_ONLINE(m, s, v)                                  \
+    do                                                        \
+    {                                                         \
+        const float v_ = (v);                                 \
+        if(v_ > (m))                                          \
+        {                                                     \
+            (s) = (s) * F_EXP((m) - v_);                      \
+            (m) = v_;                                         \
+        }                                                     \
+        (s) += F_EXP(v_ - (m));                               \
+    } while(0)
+
+KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 rows, int L,
+                             int vec_ok, int log_mode, float alpha, float beta, int read_y)
+{
+    LOCAL float red[SMAX_GROUP];
+    const int tid = LOCAL_ID0, lane = tid % SMAX_TEAM, team = tid / SMAX_TEAM;
+    const int nchunks = (L + VEC - 1) / VEC;
+    const int per = (nchunks + SMAX_TEAM - 1) / SMAX_TEAM;
+    vec_ok = vec_ok && ALIGNED16(x) && ALIGNED16(y);
+    const i64 nblocks = (rows + SMAX_ROWS - 1) / SMAX_ROWS;
+    for(i64 blk = GROUP_ID0; blk < nblocks; blk += NUM_GROUPS0)
+    {
+        const i64 row = blk * SMAX_ROWS + team;
+        const int live = row < rows;
+        const i64 base = live ? row * L : 0;
+        float cache[SMAX_SLOTS][VEC];
+        float m = SMAX_NEG_INF, s = 0.0f;
+        for(int k = 0; k < SMAX_NPER; ++k)
+        {
+            const int c = lane + k * SMAX_TEAM;
+            const int n = live ? smax_count(c, L) : 0;
+            float* v = cache[SMAX_SLOT(k)];
+            smax_load(x, base, c, n, vec_ok, v);
+            float cm = SMAX_NEG_INF;
+            for(int j = 0; j < VEC; ++j)
+                if(j < n)
+                    cm = F_MAX(cm, v[j]);
+            if(cm > m)
+            {
+                s *= F_EXP(m - cm);
+                m = cm;
+            }
+            for(int j = 0; j < VEC; ++j)
+                if(j < n)
+                    s += F_EXP(v[j] - m);
+        }
+        const float mx = smax_team(m, 0, red, tid, lane);
+        s = m == mx ? s : s * F_EXP(m - mx);
+        const float sum = smax_team(s, 1, red, tid, lane);
+        const float inv = 1.0f / sum, lg = mx + SMAX_LOGF(sum);
+        for(int k = 0; k < SMAX_NPER; ++k)
+        {
+            const int c = lane + k * SMAX_TEAM;
+            const int n = live ? smax_count(c, L) : 0;
+            float* v = cache[SMAX_SLOT(k)];
+#if SMAX_PER == 0
+            smax_load(x, base, c, n, vec_ok, v);
+#endif
+            float old[VEC];
+            if(read_y)
+                smax_load(y, base, c, n, vec_ok, old);
+            for(int j = 0; j < VEC; ++j)
+            {
+                const float r = log_mode ? v[j] - lg : F_EXP(v[j] - mx) * inv;
+                v[j] = read_y ? alpha * r + beta * old[j] : alpha * r;
+            }
+            smax_store(y, base, c, n, vec_ok, v);
+        }
+    }
+}
+
+KERNEL void softmax_bwd_rows(const GLOBAL data_t* RESTRICT y, const GLOBAL data_t* RESTRICT dy,
+                             GLOBAL data_t* RESTRICT dx, i64 rows, int L, int vec_ok, int log_mode, float alpha,
+                             float beta, int read_dx)
+{
+    LOCAL float red[SMAX_GROUP];
+    const int tid = LOCAL_ID0, lane = tid % SMAX_TEAM, team = tid / SMAX_TEAM;
+    const int nchunks = (L + VEC - 1) / VEC;
+    const int per = (nchunks + SMAX_TEAM - 1) / SMAX_TEAM;
+    vec_ok = vec_ok && ALIGNED16(y) && ALIGNED16(dy) && ALIGNED16(dx);
+    const i64 nblocks = (rows + SMAX_ROWS - 1) / SMAX_ROWS;
+    for(i64 blk = GROUP_ID0; blk < nblocks; blk += NUM_GROUPS0)
+    {
+        const i64 row = blk * SMAX_ROWS + team;
+        const int live = row < rows;
+        const i64 base = live ? row * L : 0;
+        float yc[SMAX_SLOTS][VEC], gc[SMAX_SLOTS][VEC];
+        float dot = 0.0f;
+        for(int k = 0; k < SMAX_NPER; ++k)
+        {
+            const int c = lane + k * SMAX_TEAM;
+            const int n = live ? smax_count(c, L) : 0;
+            float* yv = yc[SMAX_SLOT(k)];
+            float* gv = gc[SMAX_SLOT(k)];
+            smax_load(y, base, c, n, vec_ok, yv);
+            smax_load(dy, base, c, n, vec_ok, gv);
+            for(int j = 0; j < VEC; ++j)
+                if(j < n)
+                    dot += log_mode ? gv[j] : yv[j] * gv[j];
+        }
+        dot = smax_team(dot, 1, red, tid, lane);
+        for(int k = 0; k < SMAX_NPER; ++k)
+        {
+            const int c = lane + k * SMAX_TEAM;
+            const int n = live ? smax_count(c, L) : 0;
+            float* yv = yc[SMAX_SLOT(k)];
+            float* gv = gc[SMAX_SLOT(k)];
+#if SMAX_PER == 0
+            smax_load(y, base, c, n, vec_ok, yv);
+            smax_load(dy, base, c, n, vec_ok, gv);
+#endif
+            float old[VEC];
+            if(read_dx)
+                smax_load(dx, base, c, n, vec_ok, old);
+            for(int j = 0; j < VEC; ++j)
+            {
+                const float r = log_mode ? gv[j] - F_EXP(yv[j]) * dot : yv[j] * (gv[j] - dot);
+                gv[j] = read_dx ? alpha * r + beta * old[j] : alpha * r;
+            }
+            smax_store(dx, base, c, n, vec_ok, gv);
+        }
+    }
+}
+
+KERNEL void softmax_fwd_cols(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 outer, int L,
+                             i64 inner, int log_mode, float alpha, float beta, int read_y)
+{
+    for(i64 t = GLOBAL_ID0; t < outer * inner; t += GLOBAL_SIZE0)
+    {
+        const i64 o = t / inner;
+        const i64 base = o * L * inner + (t - o * inner);
+        float m = SMAX_NEG_INF, s = 0.0f;
+        for(int c = 0; c < L; ++c)
+            SMAX_ONLINE(m, s, LOAD(x, base + c * inner));
+        const float inv = 1.0f / s, lg = m + SMAX_LOGF(s);
+        for(int c = 0; c < L; ++c)
+        {
+            const i64 i = base + c * inner;
+            const float v = LOAD(x, i);
+            const float r = log_mode ? v - lg : F_EXP(v - m) * inv;
+            STORE(y, i, read_y ? alpha * r + beta * LOAD(y, i) : alpha * r);
+        }
+    }
+}
+
+KERNEL void softmax_bwd_cols(const GLOBAL data_t* RESTRICT y, const GLOBAL data_t* RESTRICT dy,
+                             GLOBAL data_t* RESTRICT dx, i64 outer, int L, i64 inner, int log_mode, float alpha,
+                             float beta, int read_dx)
+{
+    for(i64 t = GLOBAL_ID0; t < outer * inner; t += GLOBAL_SIZE0)
+    {
+        const i64 o = t / inner;
+        const i64 base = o * L * inner + (t - o * inner);
+        float dot = 0.0f;
+        for(int c = 0; c < L; ++c)
+        {
+            const i64 i = base + c * inner;
+            dot += log_mode ? LOAD(dy, i) : LOAD(y, i) * LOAD(dy, i);
+        }
+        for(int c = 0; c < L; ++c)
+        {
+            const i64 i = base + c * inner;
+            const float yv = LOAD(y, i), gv = LOAD(dy, i);
+            const float r = log_mode ? gv - F_EXP(yv) * dot : yv * (gv - dot);
+            STORE(dx, i, read_dx ? alpha * r + beta * LOAD(dx, i) : alpha * r);
+        }
+    }
+}
+
+/* the fallback: group g, element e of it -> offset with strides s (N,C,D,H,W) */
+#define SMAX_STRIDES(t) i64 t##0, i64 t##1, i64 t##2, i64 t##3, i64 t##4
+#define SMAX_OFF(t) (n_ * t##0 + c_ * t##1 + d_ * t##2 + h_ * t##3 + w_ * t##4)
+#define SMAX_COORDS(g, e)                                                         \
+    i64 n_, c_, d_, h_, w_;                                                       \
+    if(channel)                                                                   \
+    {                                                                             \
+        i64 r_ = (g);                                                             \
+        w_ = r_ % W; r_ /= W; h_ = r_ % H; r_ /= H; d_ = r_ % D; n_ = r_ / D;      \
+        c_ = (e);                                                                 \
+    }                                                                             \
+    else                                                                          \
+    {                                                                             \
+        i64 r_ = (e);                                                             \
+        w_ = r_ % W; r_ /= W; h_ = r_ % H; r_ /= H; d_ = r_ % D; c_ = r_ / D;      \
+        n_ = (g);                                                                 \
+    }
+
+KERNEL void softmax_fwd_strided(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, int N, int C, int D,
+                                int H, int W, SMAX_STRIDES(xs), SMAX_STRIDES(ys), int channel, int log_mode,
+                                float alpha, float beta, int read_y)
+{
+    const i64 groups = channel ? (i64)N * D * H * W : (i64)N;
+    const i64 L = channel ? (i64)C : (i64)C * D * H * W;
+    for(i64 g = GLOBAL_ID0; g < groups; g += GLOBAL_SIZE0)
+    {
+        float m = SMAX_NEG_INF, s = 0.0f;
+        for(i64 e = 0; e < L; ++e)
+        {
+            SMAX_COORDS(g, e)
+            SMAX_ONLINE(m, s, LOAD(x, SMAX_OFF(xs)));
+        }
+        const float inv = 1.0f / s, lg = m + SMAX_LOGF(s);
+        for(i64 e = 0; e < L; ++e)
+        {
+            SMAX_COORDS(g, e)
+            const float v = LOAD(x, SMAX_OFF(xs));
+            const float r = log_mode ? v - lg : F_EXP(v - m) * inv;
+            const i64 o = SMAX_OFF(ys);
+            STORE(y, o, read_y ? alpha * r + beta * LOAD(y, o) : alpha * r);
+        }
+    }
+}
+
+KERNEL void softmax_bwd_strided(const GLOBAL data_t* RESTRICT y, const GLOBAL data_t* RESTRICT dy,
+                                GLOBAL data_t* RESTRICT dx, int N, int C, int D, int H, int W, SMAX_STRIDES(ys),
+                                SMAX_STRIDES(gs), SMAX_STRIDES(xs), int channel, int log_mode, float alpha,
+                                float beta, int read_dx)
+{
+    const i64 groups = channel ? (i64)N * D * H * W : (i64)N;
+    const i64 L = channel ? (i64)C : (i64)C * D * H * W;
+    for(i64 g = GLOBAL_ID0; g < groups; g += GLOBAL_SIZE0)
+    {
+        float dot = 0.0f;
+        for(i64 e = 0; e < L; ++e)
+        {
+            SMAX_COORDS(g, e)
+            const float gv = LOAD(dy, SMAX_OFF(gs));
+            dot += log_mode ? gv : LOAD(y, SMAX_OFF(ys)) * gv;
+        }
+        for(i64 e = 0; e < L; ++e)
+        {
+            SMAX_COORDS(g, e)
+            const float yv = LOAD(y, SMAX_OFF(ys)), gv = LOAD(dy, SMAX_OFF(gs));
+            const float r = log_mode ? gv - F_EXP(yv) * dot : yv * (gv - dot);
+            const i64 o = SMAX_OFF(xs);
+            STORE(dx, o, read_dx ? alpha * r + beta * LOAD(dx, o) : alpha * r);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+"""Reduction kernels (kernels/common/reduce.h) as solvers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from miopy.problem.keys import memory_order
+from miopy.problem.reduce import ReduceProblem
+from miopy.solution import KernelSpec, Launch, Program, Tensor
+from miopy.solvers.base import Solver
+from miopy.solvers.launch import MAX_GROUPS, grid_1d
+from miopy.tensor import DataType
+
+GROUP = 256  # RED_GROUP
+
+
+def rows_length(problem: ReduceProblem) -> int | None:
+    """The run length when the reduced dimensions are innermost in x's memory and packed (and, with
+    indices, in logical order there), else None."""
+    x = problem.x
+    order = [a for a in memory_order(x) if x.lens[a] > 1]
+    reduced = [a for a in order if a in problem.dims]
+    if order[len(order) - len(reduced) :] != reduced:
+        return None
+    expected = 1
+    for a in reversed(reduced):
+        if x.strides[a] != expected:
+            return None
+        expected *= x.lens[a]
+    if problem.indices and reduced != sorted(reduced):
+        return None
+    return problem.reduce_length()
+
+
+def _kept(problem: ReduceProblem) -> list:
+    """Kept dims (logical order, padded in front to 5): lens, x strides, y strides."""
+    keep = [a for a in range(len(problem.x.lens)) if a not in problem.dims]
+    pad = 5 - len(keep)
+    lens = [1] * pad + [problem.x.lens[a] for a in keep]
+    xs = [0] * pad + [problem.x.strides[a] for a in keep]
+    ys = [0] * pad + [problem.y.strides[a] for a in keep]
+    return [np.int32(v) for v in lens] + [np.int64(v) for v in xs] + [np.int64(v) for v in ys]
+
+
+def _tail(problem: ReduceProblem) -> list:
+    acc = np.float64 if problem.dtype is DataType.FP64 else np.float32
+    return [
+        np.int32(int(problem.op)),
+        np.int32(problem.nan_propagation),
+        np.int32(problem.indices),
+        acc(problem.alpha),
+        acc(problem.beta),
+        np.int32(problem.beta != 0),
+    ]
+
+
+def _buffers(problem: ReduceProblem) -> tuple:
+    return (Tensor("x"), Tensor("y"), Tensor("indices" if problem.indices else "y"))
+
+
+class _Reduce(Solver):
+    primitive = "reduce"
+    algorithm = "direct"
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, ReduceProblem):
+            return "not a reduction"
+        if problem.dtype is DataType.FP64 and not getattr(getattr(ctx, "info", None), "fp64", True):
+            return "the device has no fp64"
+        return None
+
+
+class ReduceRows(_Reduce):
+    name = "ReduceRows"
+    id = 600
+    dynamic = False
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        why = super().is_applicable(ctx, problem)
+        if why:
+            return why
+        if rows_length(problem) is None:
+            return "the reduced dimensions are not innermost and packed"
+        return None
+
+    def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
+        length = rows_length(problem)
+        nout = problem.y.element_count
+        team = min(GROUP, max(4, 1 << max(0, math.ceil(math.log2(max(1, -(-length // 8)))))))
+        groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
+        spec = KernelSpec(
+            "reduce",
+            "reduce_rows",
+            {"MIOPY_DTYPE": problem.dtype.code, "RED_TEAM": team},
+            (groups * GROUP,),
+            (GROUP,),
+        )
+        args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
+        return Program((Launch(spec, args),))
+
+
+class ReduceGeneric(_Reduce):
+    name = "ReduceGeneric"
+    id = 601
+    dynamic = True
+
+    def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
+        nout = problem.y.element_count
+        dims = list(problem.dims)
+        pad = 5 - len(dims)
+        rlens = [1] * pad + [problem.x.lens[a] for a in dims]
+        rstrides = [0] * pad + [problem.x.strides[a] for a in dims]
+        global_size, local_size = grid_1d(nout, 64)
+        spec = KernelSpec(
+            "reduce", "reduce_generic", {"MIOPY_DTYPE": problem.dtype.code}, global_size, local_size
+        )
+        args = (
+            *_buffers(problem),
+            np.int64(nout),
+            *_kept(problem),
+            *(np.int32(v) for v in rlens),
+            *(np.int64(v) for v in rstrides),
+            *_tail(problem),
+        )
+        return Program((Launch(spec, args),))

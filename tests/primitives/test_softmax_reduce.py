@@ -1,0 +1,131 @@
+"""Softmax and reductions: keys, errors naming the field, reference properties, solvers on PoCL on
+random shapes / layouts / dtypes, large inputs (softmax) and NaN rules (reductions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from misc_support import random_buffers, run_all
+
+from miopy.errors import BadParm
+from miopy.problem.reduce import ReduceProblem
+from miopy.problem.softmax import SoftmaxProblem
+from miopy.reference import reduce as rref
+from miopy.reference import softmax as sref
+from miopy.reference.common import store_logical
+from miopy.reference.tolerance import BASE
+from miopy.tensor import DataType, TensorDesc
+
+
+def test_keys_round_trip():
+    for p in sref.samples():
+        assert SoftmaxProblem.parse(p.key()) == p
+    for p in rref.samples():
+        assert ReduceProblem.parse(p.key()) == p
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda d: SoftmaxProblem("F", 3, 1, x=d, y=d), "algorithm"),
+        (lambda d: SoftmaxProblem("F", 1, "spatial", x=d, y=d), "mode"),
+        (lambda d: SoftmaxProblem("F", x=d, y=TensorDesc("fp32", (2, 3, 4, 6))), "y.lens"),
+        (lambda d: SoftmaxProblem("B", y=d, dy=d), "dx"),
+        (lambda d: ReduceProblem("add", d, (4,)), "dims"),
+        (lambda d: ReduceProblem("add", d, (1,), indices=True), "indices"),
+        (lambda d: ReduceProblem("sum2", d, (1,)), "op"),
+        (lambda d: ReduceProblem("max", d, (), True), "dims"),
+    ],
+)
+def test_errors_name_the_field(make, field):
+    with pytest.raises(BadParm, match=field.replace(".", r"\.")):
+        make(TensorDesc("fp32", (2, 3, 4, 5)))
+
+
+def test_softmax_reference_sums_to_one_and_log_matches():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4, 5)) * 50
+    d = TensorDesc("fp32", x.shape)
+    for mode, axes in (("instance", (1, 2, 3)), ("channel", (1,))):
+        y = sref.softmax_reference(SoftmaxProblem.create(d, "F", "accurate", mode), {"x": x})
+        np.testing.assert_allclose(y.sum(axis=axes), 1.0)
+        ly = sref.softmax_reference(SoftmaxProblem.create(d, "F", "log", mode), {"x": x})
+        np.testing.assert_allclose(np.exp(ly), y, atol=1e-12)
+
+
+def _softmax_problem(rng) -> SoftmaxProblem:
+    dtype = str(rng.choice(["fp32", "fp16", "bf16"]))
+    lens = (
+        int(rng.integers(1, 4)),
+        int(rng.choice([1, 3, 16, 130])),
+        int(rng.integers(1, 5)),
+        int(rng.integers(1, 6)),
+    )
+    layout = str(rng.choice(["NCHW", "NHWC"]))
+    return SoftmaxProblem.create(
+        TensorDesc(dtype, lens, layout=layout),
+        str(rng.choice(["F", "B"])),
+        int(rng.integers(0, 3)),
+        int(rng.integers(0, 2)),
+        float(rng.uniform(0.5, 2)),
+        float(rng.choice([0.0, 0.5])),
+    )
+
+
+def test_softmax_random_problems(ocl):
+    rng = np.random.default_rng(7)
+    for _ in range(6):
+        p = _softmax_problem(rng)
+        run_all(ocl, p, sref, BASE[p.dtype] * 2, rng=rng)
+
+
+def test_softmax_is_safe_for_large_inputs(ocl):
+    d = TensorDesc("fp32", (2, 40, 3, 3))
+    for algo in ("fast", "accurate", "log"):
+        p = SoftmaxProblem.create(d, "F", algo, "channel")
+        bufs = random_buffers(p, np.random.default_rng(1), -1e4, 1e4)
+        run_all(ocl, p, sref, 1e-5, buffers=bufs)
+
+
+def _reduce_problem(rng) -> ReduceProblem:
+    dtype = str(rng.choice(["fp32", "fp16", "bf16", "fp64"]))
+    lens = tuple(int(v) for v in rng.integers(1, 6, 4))
+    op = str(rng.choice(["add", "min", "max", "amax", "avg", "norm1", "norm2"]))
+    dims = tuple(int(a) for a in np.flatnonzero(rng.random(4) < 0.5)) or (int(rng.integers(0, 4)),)
+    idx = op in ("min", "max", "amax") and bool(rng.integers(0, 2))
+    x = TensorDesc(dtype, lens, layout=str(rng.choice(["NCHW", "NHWC"])))
+    return ReduceProblem(
+        op, x, dims, idx, bool(rng.integers(0, 2)), 1.0, 0.0 if idx else float(rng.choice([0, 0.5]))
+    )
+
+
+def test_reduce_random_problems(ocl):
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        p = _reduce_problem(rng)
+        tol = 1e-12 if p.dtype is DataType.FP64 else BASE[p.dtype] * 4
+        run_all(ocl, p, rref, tol, rng=rng)
+
+
+@pytest.mark.parametrize("nanprop", [False, True])
+def test_reduce_nan_rules(ocl, nanprop):
+    x = TensorDesc("fp32", (2, 3, 4, 5))
+    values = np.random.default_rng(3).uniform(-1, 1, x.lens)
+    values[0, 1, 2, 3] = np.nan
+    values[1, 0, 0, 1] = np.nan
+    values[1, 0, 3, 4] = np.nan
+    for op in ("max", "min", "amax"):
+        p = ReduceProblem(op, x, (2, 3), True, nanprop)
+        bufs = {"x": store_logical(values, x), "y": store_logical(np.full(p.y.lens, np.nan), p.y)}
+        bufs["indices"] = np.full(p.y.element_space, -7, np.int32)
+        want = rref.reference(p, bufs)
+        assert np.isnan(want["y"][0, 1, 0, 0]) == nanprop
+        assert (want["indices"][1, 0, 0, 0] == 1) == nanprop  # the first NaN
+        for solver in ("ReduceRows", "ReduceGeneric"):
+            from miopy.engine.candidates import make_solution
+            from miopy.solvers import by_name
+
+            got = {r: b.copy() for r, b in bufs.items()}
+            make_solution(ocl, p, by_name(solver, "reduce")).run(ocl, got)
+            np.testing.assert_array_equal(got["indices"], want["indices"].ravel())
+            np.testing.assert_allclose(got["y"], want["y"].ravel(), rtol=1e-6)
