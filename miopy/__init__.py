@@ -16,8 +16,12 @@ from miopy.handle import Handle
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.problem.base import Problem
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.problem.lrn import LRNMode, LRNProblem
 from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexMode, IndexType, PoolingDesc, PoolingMode, PoolingProblem
+from miopy.problem.reduce import ReduceOp, ReduceProblem
+from miopy.problem.softmax import SoftmaxAlgorithm, SoftmaxMode, SoftmaxProblem
+from miopy.problem.tensorop import TensorOp, TensorOpProblem
 from miopy.solution import InvokeArgs, KernelSpec, Program, Solution
 from miopy.tensor import DataType, TensorDesc
 
@@ -41,6 +45,15 @@ __all__ = [
     "ActivationProblem",
     "IndexMode",
     "IndexType",
+    "LRNMode",
+    "LRNProblem",
+    "ReduceOp",
+    "ReduceProblem",
+    "SoftmaxAlgorithm",
+    "SoftmaxMode",
+    "SoftmaxProblem",
+    "TensorOp",
+    "TensorOpProblem",
     "Pass",
     "PoolingDesc",
     "PoolingMode",

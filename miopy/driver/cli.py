@@ -51,6 +51,9 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "reducefp16": ("miopy.driver.reduce", "run", "FP16"),
     "reducebfp16": ("miopy.driver.reduce", "run", "BF16"),
     "reducefp64": ("miopy.driver.reduce", "run", "FP64"),
+    "lrn": ("miopy.driver.lrn", "run", "FP32"),
+    "lrnfp16": ("miopy.driver.lrn", "run", "FP16"),
+    "lrnbfp16": ("miopy.driver.lrn", "run", "BF16"),
 }
 
 _INT = re.compile(r"^[+-]?[0-9]+$")

@@ -22,6 +22,7 @@ from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
+from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.solvers.reduce import ReduceGeneric, ReduceRows
@@ -56,6 +57,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
     "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
     "reduce": [ReduceRows(), ReduceGeneric()],
+    "lrn": [LrnCrossSlide(), LrnDirect()],
 }
 CONV_SOLVERS = SOLVERS["conv"]
 

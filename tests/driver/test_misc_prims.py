@@ -56,3 +56,20 @@ def test_reducefp64_logs_its_command(drive, monkeypatch):
     assert any(
         "[LogCmdReduction] miopy-driver reducefp64 -D 4,6,8,10 -R 3 -O 2 -N 0 -I 1" in e for e in err
     ), err
+
+
+@pytest.mark.parametrize("mode", ["cross", "within"])
+def test_lrn_driver_forward_then_backward(drive, mode):
+    rc, out, err = drive("lrn", "-n", "2", "-c", "6", "-H", "5", "-W", "4", "-i", "1", "-m", mode)
+    assert rc == 0, err
+    ok = [line for line in out if "Verifies OK" in line]
+    assert [line.split(" Verifies")[0] for line in ok] == [
+        "Forward LRN (y)",
+        "Forward LRN (scale)",
+        "Backward LRN",
+    ]
+
+
+def test_lrn_driver_names_the_mode(drive):
+    rc, out, err = drive("lrn", "-m", "sideways")
+    assert rc != 0 and any("-m/--mode='sideways'" in e and "Incorrect LRN Mode" in e for e in err), err

@@ -1,0 +1,105 @@
+"""LRN kernels (kernels/common/lrn.h) as solvers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from miopy.problem.lrn import LRNMode, LRNProblem
+from miopy.problem.passes import Pass
+from miopy.solution import KernelSpec, Launch, Program, Tensor
+from miopy.solvers.base import Solver
+from miopy.solvers.launch import grid_1d
+
+
+def _shape(problem: LRNProblem) -> list:
+    return [np.int32(v) for v in problem.x.lens]
+
+
+def _strides(problem: LRNProblem, *roles: str) -> list:
+    t = problem.tensors()
+    return [np.int64(s) for r in roles for s in t[r].strides]
+
+
+def _spec(problem: LRNProblem, kernel: str, work: int) -> KernelSpec:
+    global_size, local_size = grid_1d(work)
+    return KernelSpec("lrn", kernel, {"MIOPY_DTYPE": problem.dtype.code}, global_size, local_size)
+
+
+def _fwd_buffers(problem: LRNProblem) -> tuple:
+    return (Tensor("x"), Tensor("y"), Tensor("scale" if problem.save_scale else "y"))
+
+
+class _Lrn(Solver):
+    primitive = "lrn"
+    algorithm = "direct"
+    dynamic = True
+
+
+class LrnDirect(_Lrn):
+    name = "LrnDirect"
+    id = 700
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, LRNProblem):
+            return "not an LRN"
+        return None
+
+    def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
+        p = problem
+        cross = np.int32(p.mode is LRNMode.CROSS_CHANNEL)
+        spec_kernel = "lrn_fwd_direct" if p.direction is Pass.FORWARD else "lrn_bwd_direct"
+        spec = _spec(p, spec_kernel, p.x.element_count)
+        if p.direction is Pass.FORWARD:
+            args = (
+                *_fwd_buffers(p),
+                *_shape(p),
+                *_strides(p, "x", "y"),
+                cross,
+                np.int32(p.n),
+                np.float32(p.alpha),
+                np.float32(p.beta),
+                np.float32(p.k),
+                np.int32(p.save_scale),
+            )
+        else:
+            roles = ("x", "y", "dy", "scale", "dx")
+            args = (
+                *(Tensor(r) for r in roles),
+                *_shape(p),
+                *_strides(p, *roles),
+                cross,
+                np.int32(p.n),
+                np.float32(p.alpha),
+                np.float32(p.beta),
+            )
+        return Program((Launch(spec, args),))
+
+
+class LrnCrossSlide(_Lrn):
+    name = "LrnCrossSlide"
+    id = 701
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, LRNProblem):
+            return "not an LRN"
+        if problem.direction is not Pass.FORWARD:
+            return "backward"
+        if problem.mode is not LRNMode.CROSS_CHANNEL:
+            return "within-channel"
+        return None
+
+    def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
+        p = problem
+        n, _, h, w = p.x.lens
+        spec = _spec(p, "lrn_fwd_cross_slide", n * h * w)
+        args = (
+            *_fwd_buffers(p),
+            *_shape(p),
+            *_strides(p, "x", "y"),
+            np.int32(p.n),
+            np.float32(p.alpha),
+            np.float32(p.beta),
+            np.float32(p.k),
+            np.int32(p.save_scale),
+        )
+        return Program((Launch(spec, args),))
