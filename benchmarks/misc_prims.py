@@ -12,7 +12,7 @@ cupy and cuda-bindings.
     python benchmarks/misc_prims.py [--dtypes fp16,fp32] [--json out.json]
 
 Goal (issue 10): every case >= 80 % of copy and none slower than PyTorch; misses are reported,
-wrong results make the exit status 1. LRN is not implemented yet and not measured.
+wrong results make the exit status 1.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from activ_pool import copy_rate, device_us, invoker, n_sets
 
 from miopy.engine.candidates import make_solution
 from miopy.handle import Handle
+from miopy.problem.lrn import LRNProblem
 from miopy.problem.reduce import ReduceProblem
 from miopy.problem.softmax import SoftmaxProblem
 from miopy.problem.tensorop import TensorOpProblem
@@ -200,6 +201,22 @@ def reduce_cases(handle, dtype: str) -> list[dict]:
     return out
 
 
+def lrn_cases(handle, dtype: str) -> list[dict]:
+    """LRN across 5 channels on AlexNet's first normalisation (anchors.md), forward."""
+    layout = "NHWC" if dtype != "fp32" else "NCHW"
+    lens = (64, 96, 55, 55)
+    problem = LRNProblem.create(TensorDesc(dtype, lens, layout=layout), "cross", 5, 1e-4, 0.75, 1.0, "F")
+
+    def make():
+        x = tensor(lens, dtype, layout, -1.0, 1.0)
+        return {"x": x, "y": torch.empty_like(x)}
+
+    def torch_lrn(d):
+        return torch.nn.functional.local_response_norm(d["x"], 5, 1e-4, 0.75, 1.0)
+
+    return [measure(handle, "LRN across 5, 64x96x55x55 fwd", dtype, problem, make, torch_lrn, "y")]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16,fp32")
@@ -213,7 +230,12 @@ def main() -> int:
     print(f"device-to-device copy of 1 GiB: {big / 1e3:.0f} GB/s (read + write)", flush=True)
     results, wrong, misses = [], [], []
     for dtype in args.dtypes.split(","):
-        for row in softmax_cases(handle, dtype) + tensorop_cases(handle, dtype) + reduce_cases(handle, dtype):
+        for row in (
+            softmax_cases(handle, dtype)
+            + tensorop_cases(handle, dtype)
+            + reduce_cases(handle, dtype)
+            + lrn_cases(handle, dtype)
+        ):
             best = row["best"]
             row["torch_pct"] = 100 * row["bytes"] / row["torch_us"] / big
             results.append(row)

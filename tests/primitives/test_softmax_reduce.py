@@ -129,3 +129,22 @@ def test_reduce_nan_rules(ocl, nanprop):
             make_solution(ocl, p, by_name(solver, "reduce")).run(ocl, got)
             np.testing.assert_array_equal(got["indices"], want["indices"].ravel())
             np.testing.assert_allclose(got["y"], want["y"].ravel(), rtol=1e-6)
+
+
+def test_reduce_kernels_compile_for_fp64_with_nvrtc():
+    """test_cuda_compile covers fp32/fp16/bf16; reducefp64 needs the fp64 build too."""
+    try:
+        from miopy.backends import cuda
+
+        cuda.nvrtc_version()
+    except Exception as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    from miopy.backends.base import KERNEL_ROOT
+    from miopy.backends.cuda import compile_cubin
+
+    path = KERNEL_ROOT / "cuda" / "reduce.cu"
+    for team in (4, 256):
+        cubin = compile_cubin(
+            path.read_text(), path.name, ["-DMIOPY_DTYPE=3", f"-DRED_TEAM={team}"], arch="sm_90"
+        )
+        assert cubin[:4] == b"\x7fELF" and b"reduce_rows" in cubin and b"reduce_generic" in cubin

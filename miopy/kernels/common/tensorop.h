@@ -6,7 +6,8 @@
    index i is ((i / b_inner) % b_mid): b varies over one run of c's memory-order dimensions (b_mid
    elements, packed), constant inside b_inner (b_inner = 1, b_mid = n: b is like c; b_mid = 1: b is
    one value). b_kind: 0 b like c (vector loads), 1 b constant over each vector (b_inner a multiple
-   of VEC), 2 any. 16-byte vectors, grid-stride, scalar tail.
+   of VEC), 3 b's run innermost (b_inner 1, b_mid a multiple of VEC: a vector load at i % b_mid,
+   e.g. a bias in NHWC), 2 any. 16-byte vectors, grid-stride, scalar tail.
    tensorop_strided: any lens and strides (logical N,C,D,H,W; b's strides 0 where it broadcasts).
    tensor_set_packed / tensor_set_strided: set and scale. */
 #include "common/vec.h"
@@ -40,7 +41,7 @@ KERNEL void tensorop_packed(const GLOBAL data_t* RESTRICT a, const GLOBAL data_t
                             float alpha1, float alpha2, float beta, int read_c)
 {
     i64 start = 0;
-    if(ALIGNED16(a) && ALIGNED16(c) && (b_kind != 0 || ALIGNED16(b)))
+    if(ALIGNED16(a) && ALIGNED16(c) && ((b_kind != 0 && b_kind != 3) || ALIGNED16(b)))
     {
         const i64 nvec = n / VEC;
         for(i64 v = GLOBAL_ID0; v < nvec; v += GLOBAL_SIZE0)
@@ -50,6 +51,8 @@ KERNEL void tensorop_packed(const GLOBAL data_t* RESTRICT a, const GLOBAL data_t
             load_vec(a, i0, av);
             if(b_kind == 0)
                 load_vec(b, i0, bv);
+            else if(b_kind == 3)
+                load_vec(b, (i64)((u64)i0 % (u64)b_mid), bv);
             else if(b_kind == 1)
             {
                 const float bs = LOAD(b, tensorop_bidx(i0, b_inner, b_mid));

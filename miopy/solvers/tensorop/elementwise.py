@@ -100,7 +100,14 @@ class TensorOpPacked(_TensorOp):
             spec = self._spec(ctx, problem, "tensor_set_packed", -(-n // vec))
             return Program((Launch(spec, (Tensor("y"), np.int64(n), *self._scalars(problem))),))
         inner, mid = broadcast_run(t["b"], t["c"])
-        kind = 0 if (inner == 1 and mid == n) else (1 if inner % vec == 0 else 2)
+        if inner == 1 and mid == n:
+            kind = 0  # b like c
+        elif inner % vec == 0:
+            kind = 1  # one b per vector
+        elif inner == 1 and mid % vec == 0:
+            kind = 3  # b's run innermost: vector loads of b
+        else:
+            kind = 2
         spec = self._spec(ctx, problem, "tensorop_packed", -(-n // vec))
         args = (
             Tensor("a"),
