@@ -81,6 +81,8 @@ def samples() -> list[ReduceProblem]:
         ("mul", "fp32", (3, 2, 2, 3), "NCHW", (1, 2), False, 0.0),  # generic
         ("avg", "fp16", (2, 3, 4, 5), "NCHW", (1, 2, 3), False, -1.0),
         ("norm1", "fp32", (2, 3, 4, 5, 6), "NDHWC", (4,), False, 0.0),
+        ("max", "fp16", (4, 3, 5, 6), "NHWC", (0, 2, 3), True, 0.0),  # columns (per channel)
+        ("avg", "fp32", (9, 3, 2, 5), "NCHW", (0,), False, 0.25),  # columns (over the batch)
     ):
         x = TensorDesc(dtype, lens, layout=layout)
         out.append(ReduceProblem(op, x, dims, idx, op == "max", 1.5 if not idx else 1.0, beta))

@@ -25,7 +25,7 @@ from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, Con
 from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
-from miopy.solvers.reduce import ReduceGeneric, ReduceRows
+from miopy.solvers.reduce import ReduceColumns, ReduceGeneric, ReduceRows
 from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxStrided
 from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
 
@@ -56,7 +56,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "bnorm": BNORM_SOLVERS,
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
     "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
-    "reduce": [ReduceRows(), ReduceGeneric()],
+    "reduce": [ReduceRows(), ReduceColumns(), ReduceGeneric()],
     "lrn": [LrnCrossSlide(), LrnDirect()],
 }
 CONV_SOLVERS = SOLVERS["conv"]

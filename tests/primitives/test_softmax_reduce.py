@@ -148,3 +148,27 @@ def test_reduce_kernels_compile_for_fp64_with_nvrtc():
             path.read_text(), path.name, ["-DMIOPY_DTYPE=3", f"-DRED_TEAM={team}"], arch="sm_90"
         )
         assert cubin[:4] == b"\x7fELF" and b"reduce_rows" in cubin and b"reduce_generic" in cubin
+
+
+@pytest.mark.parametrize("op, idx", [("amax", True), ("norm2", False), ("mul", False)])
+def test_reduce_columns_merges_row_chunks(ocl, monkeypatch, op, idx):
+    """Per-channel reductions of an NHWC tensor split the rows into chunks and merge them."""
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers.reduce.direct import ReduceColumns
+
+    monkeypatch.setattr(ReduceColumns, "TARGET_ITEMS", 12)
+    x = TensorDesc("fp32", (5, 3, 3, 7), layout="NHWC")
+    p = ReduceProblem(op, x, (0, 2, 3), idx, False, 1.0, 0.0)
+    sol = make_solution(ocl, p, ReduceColumns())
+    assert sol.workspace > 0 and len(sol.program.steps) == 2
+    rng = np.random.default_rng(4)
+    bufs = random_buffers(p, rng)
+    values = rng.uniform(0.95, 1.05, x.lens) if op == "mul" else rng.uniform(-1, 1, x.lens)
+    values[2, 1, 1, 3] = values[0, 1, 0, 0] = 5.0  # a tie: the first position wins
+    bufs["x"] = store_logical(values, x)
+    want = rref.reference(p, bufs)
+    sol.run(ocl, bufs)
+    np.testing.assert_allclose(bufs["y"], want["y"].ravel(), rtol=1e-5)
+    if idx:
+        np.testing.assert_array_equal(bufs["indices"], want["indices"].ravel())
+        assert want["indices"].ravel()[1] == 0  # channel 1: (n=0, h=0, w=0) before (2, 1, 3)

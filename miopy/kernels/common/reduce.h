@@ -208,3 +208,43 @@ KERNEL void reduce_generic(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTR
         red_finish(y, idx, yo, acc, ai, op, count, alpha, beta, read_y, want_idx);
     }
 }
+
+/* reduce_cols_*: x seen as R rows of K contiguous kept elements (the reduced dimensions outermost,
+   e.g. per-channel statistics of an NHWC tensor). Partial: work item (chunk s, column k) folds rows
+   [s * chunk, (s + 1) * chunk) into the workspace (values, then int positions at pi_off); final:
+   one work item per column merges the partials in row order and writes y (and idx). Consecutive
+   work items take consecutive columns: every row is read coalesced. */
+KERNEL void reduce_cols_partial(const GLOBAL data_t* RESTRICT x, GLOBAL acc_t* RESTRICT pv, GLOBAL int* RESTRICT pi,
+                                i64 pi_off, i64 R, i64 K, i64 chunk, int op, int nanprop)
+{
+    const i64 S = (R + chunk - 1) / chunk;
+    for(i64 t = GLOBAL_ID0; t < S * K; t += GLOBAL_SIZE0)
+    {
+        const i64 s = t / K, k = t - s * K;
+        const i64 r0 = s * chunk, r1 = r0 + chunk < R ? r0 + chunk : R;
+        acc_t acc = red_init(op);
+        i64 ai = -1;
+        for(i64 r = r0; r < r1; ++r)
+            red_step(&acc, &ai, LOAD(x, r * K + k), r, op, nanprop);
+        pv[t] = acc;
+        pi[pi_off + t] = (int)ai;
+    }
+}
+
+KERNEL void reduce_cols_final(const GLOBAL acc_t* RESTRICT pv, const GLOBAL int* RESTRICT pi, i64 pi_off,
+                              GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx, i64 R, i64 K, i64 S, int op,
+                              int nanprop, int want_idx, acc_t alpha, acc_t beta, int read_y)
+{
+    const i64 none = (i64)1 << 62;
+    for(i64 k = GLOBAL_ID0; k < K; k += GLOBAL_SIZE0)
+    {
+        acc_t acc = pv[k];
+        i64 ai = pi[pi_off + k] < 0 ? none : (i64)pi[pi_off + k];
+        for(i64 s = 1; s < S; ++s)
+        {
+            const int j = pi[pi_off + s * K + k];
+            red_merge(&acc, &ai, pv[s * K + k], j < 0 ? none : (i64)j, op, nanprop);
+        }
+        red_finish(y, idx, k, acc, ai == none ? -1 : ai, op, R, alpha, beta, read_y, want_idx);
+    }
+}

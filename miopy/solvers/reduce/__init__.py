@@ -1,6 +1,7 @@
 """Reduction solvers: rows (the reduced elements of each output are one contiguous run: a team of
-work items per output) and generic (any dims and strides: one work item per output)."""
+work items per output), columns (the reduced dimensions outermost: a split pass and a merge) and
+generic (any dims and strides: one work item per output)."""
 
-from miopy.solvers.reduce.direct import ReduceGeneric, ReduceRows
+from miopy.solvers.reduce.direct import ReduceColumns, ReduceGeneric, ReduceRows
 
-__all__ = ["ReduceGeneric", "ReduceRows"]
+__all__ = ["ReduceColumns", "ReduceGeneric", "ReduceRows"]

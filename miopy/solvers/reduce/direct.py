@@ -8,7 +8,7 @@ import numpy as np
 
 from miopy.problem.keys import memory_order
 from miopy.problem.reduce import ReduceProblem
-from miopy.solution import KernelSpec, Launch, Program, Tensor
+from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import Solver
 from miopy.solvers.launch import MAX_GROUPS, grid_1d
 from miopy.tensor import DataType
@@ -125,3 +125,96 @@ class ReduceGeneric(_Reduce):
             *_tail(problem),
         )
         return Program((Launch(spec, args),))
+
+
+def cols_shape(problem: ReduceProblem) -> tuple[int, int] | None:
+    """(R, K) when x is dense with its kept dimensions innermost (K contiguous elements) under the
+    reduced ones (R rows), y and indices then lying like the columns; with indices the reduced
+    dimensions must also be in logical order in memory. Else None."""
+    x = problem.x
+    if x.element_space != x.element_count:
+        return None
+    order = [a for a in memory_order(x) if x.lens[a] > 1]
+    kept = [a for a in order if a not in problem.dims]
+    if not kept or order[len(order) - len(kept) :] != kept:
+        return None
+    reduced = [a for a in order if a in problem.dims]
+    if problem.indices and reduced != sorted(reduced):
+        return None
+    if problem.y.layout != x.layout:
+        return None
+    k = math.prod(x.lens[a] for a in kept)
+    return problem.reduce_length(), k
+
+
+class ReduceColumns(_Reduce):
+    """Reduced dimensions outermost (per-channel statistics in NHWC, a sum over the batch): a
+    partial pass over row chunks into the workspace, then one work item per column merges."""
+
+    name = "ReduceColumns"
+    id = 602
+    dynamic = True
+    TARGET_ITEMS = 1 << 18  # partial work items to aim for (enough to fill a large GPU)
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        why = super().is_applicable(ctx, problem)
+        if why:
+            return why
+        if cols_shape(problem) is None:
+            return "the kept dimensions are not innermost in a dense x"
+        return None
+
+    def _split(self, problem: ReduceProblem) -> tuple[int, int, int, int]:
+        rows, cols = cols_shape(problem)
+        chunks = max(1, min(rows, self.TARGET_ITEMS // max(cols, 1)))
+        chunk = -(-rows // chunks)
+        chunks = -(-rows // chunk)
+        acc = 8 if problem.dtype is DataType.FP64 else 4
+        return rows, cols, chunk, chunks * cols * acc
+
+    def workspace_size(self, ctx, problem) -> int:
+        rows, cols, chunk, values = self._split(problem)
+        return values + -(-rows // chunk) * cols * 4
+
+    def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
+        rows, cols, chunk, values = self._split(problem)
+        chunks = -(-rows // chunk)
+        pi_off = np.int64(values // 4)
+        defines = {"MIOPY_DTYPE": problem.dtype.code}
+        g1, l1 = grid_1d(chunks * cols)
+        g2, l2 = grid_1d(cols)
+        partial = KernelSpec("reduce", "reduce_cols_partial", defines, g1, l1)
+        final = KernelSpec("reduce", "reduce_cols_final", defines, g2, l2)
+        op = [np.int32(int(problem.op)), np.int32(problem.nan_propagation)]
+        tail = _tail(problem)
+        steps = (
+            Launch(
+                partial,
+                (
+                    Tensor("x"),
+                    Workspace(),
+                    Workspace(),
+                    pi_off,
+                    np.int64(rows),
+                    np.int64(cols),
+                    np.int64(chunk),
+                    *op,
+                ),
+            ),
+            Launch(
+                final,
+                (
+                    Workspace(),
+                    Workspace(),
+                    pi_off,
+                    Tensor("y"),
+                    Tensor("indices" if problem.indices else "y"),
+                    np.int64(rows),
+                    np.int64(cols),
+                    np.int64(chunks),
+                    *op,
+                    *tail[2:],
+                ),
+            ),
+        )
+        return Program(steps, workspace=self.workspace_size(ctx, problem))
