@@ -1,0 +1,101 @@
+"""Tensor ops, softmax, reductions and LRN on a CUDA GPU against the NumPy references, at shapes
+that reach the GPU-only paths: warp-shuffle teams and register-cached rows (softmax), compiled-in
+ops, vector loads of a broadcast b, chunked column reductions, the sliding LRN window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from misc_support import random_buffers, run_all
+
+from miopy import backends
+from miopy.problem.lrn import LRNProblem
+from miopy.problem.reduce import ReduceProblem
+from miopy.problem.softmax import SoftmaxProblem
+from miopy.problem.tensorop import TensorOpProblem
+from miopy.reference import lrn as lref
+from miopy.reference import reduce as rref
+from miopy.reference import softmax as sref
+from miopy.reference import tensorop as tref
+from miopy.reference.tolerance import BASE
+from miopy.tensor import DataType, TensorDesc
+
+_WHY = backends.unavailable_reason("cuda")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from miopy.handle import Handle
+
+    return Handle("cuda")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("length", [7, 64, 512, 1000, 3072, 40000])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_softmax_rows(cuda, dtype, length, direction):
+    desc = TensorDesc(dtype, (37, length, 1, 1))
+    for algo in ("accurate", "log"):
+        p = SoftmaxProblem.create(desc, direction, algo, "channel", 1.0, 0.5 if length == 64 else 0.0)
+        assert "SoftmaxRows" in run_all(cuda, p, sref, BASE[p.dtype] * 2)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_softmax_modes(cuda, layout):
+    desc = TensorDesc("fp16", (4, 96, 14, 14), layout=layout)
+    for mode in ("instance", "channel"):
+        for direction in "FB":
+            run_all(cuda, SoftmaxProblem.create(desc, direction, "fast", mode), sref, BASE[DataType.FP16] * 2)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_tensorop_resnet_shapes(cuda, dtype, layout):
+    c = TensorDesc(dtype, (4, 256, 14, 14), layout=layout)
+    for blens in ((4, 256, 14, 14), (1, 256, 1, 1), (1, 1, 1, 1), (4, 1, 14, 14)):
+        b = TensorDesc(dtype, blens, layout=layout)
+        for op in ("add", "mul", "min", "max"):
+            run_all(cuda, TensorOpProblem(op, c, b, c, 1.5, 0.5, 0.25), tref, BASE[c.dtype] * 2)
+    run_all(cuda, TensorOpProblem("scale", y=c, value=0.5), tref, BASE[c.dtype])
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "fp64"])
+def test_reductions(cuda, dtype):
+    x = TensorDesc(dtype, (8, 64, 28, 28), layout="NHWC")
+    y = TensorDesc(dtype, (8, 64, 28, 28))
+    tol = 1e-12 if dtype == "fp64" else BASE[x.dtype] * 4
+    for desc, dims in ((y, (2, 3)), (x, (1,)), (x, (0, 2, 3)), (y, (0,)), (y, (0, 1, 2, 3))):
+        for op in ("add", "avg", "norm2"):
+            run_all(cuda, ReduceProblem(op, desc, dims), rref, tol, rng=np.random.default_rng(1))
+        for op in ("max", "amax", "min"):
+            run_all(cuda, ReduceProblem(op, desc, dims, True), rref, tol, rng=np.random.default_rng(2))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("mode", ["cross", "within"])
+def test_lrn(cuda, layout, mode):
+    x = TensorDesc("fp16", (4, 96, 27, 27), layout=layout)
+    for direction, save in (("F", True), ("F", False), ("B", False)):
+        p = LRNProblem.create(x, mode, 5, 1e-4, 0.75, 1.0, direction, save)
+        rng = np.random.default_rng(3)
+        run_all(cuda, p, lref, BASE[DataType.FP16] * 2, buffers=lref.random_buffers(p, rng))
+
+
+def test_unaligned_device_views(cuda):
+    """Zero-copy views starting 2 bytes into a buffer: vector paths must fall back."""
+    import cupy as cp
+
+    desc = TensorDesc("fp16", (3, 200, 1, 1))
+    p = SoftmaxProblem.create(desc, "F", "accurate", "channel")
+    bufs = random_buffers(p, np.random.default_rng(5))
+    want = sref.reference(p, bufs)["y"].ravel()
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers.softmax import SoftmaxRows
+
+    big = {r: cp.asarray(np.concatenate([np.zeros(1, np.float16), b])) for r, b in bufs.items()}
+    views = {r: a[1:] for r, a in big.items()}
+    make_solution(cuda, p, SoftmaxRows()).run(cuda, views)
+    cp.cuda.Stream.null.synchronize()
+    got = cp.asnumpy(views["y"]).astype(np.float64)
+    assert np.abs(got - want).max() < 2e-3
