@@ -195,6 +195,8 @@ class ConvProblem(Problem):
             raise bad("y.lens", y.lens, f"expected {lens} for this input, filter and convolution")
         if pads is not None and tuple(pads) != resolved:
             raise bad("pads", pads, f"expected {resolved}")
+        if x.dtype not in (DataType.FP32, DataType.FP16, DataType.BF16):
+            raise bad("dtype", x.dtype.value, "convolution takes fp32, fp16 or bf16")
         if not (x.dtype == w.dtype == y.dtype):
             raise bad(
                 "dtype", (x.dtype.value, w.dtype.value, y.dtype.value), "x, w and y must share one data type"
