@@ -177,10 +177,12 @@ def find_solutions(
 
 
 def _immediate_fallback(handle, problem: Problem) -> list[Solution]:
-    """No find DB record: applicable solvers in registry order, untimed."""
+    """No find DB record: applicable solvers in registry order (those that defer last), untimed."""
     solvers = applicable(handle, problem)
     if not solvers:
         raise InternalError(f"problem={problem.key()}: no applicable solver")
+    view = problem.solver_view()
+    solvers.sort(key=lambda s: s.defers(handle, view))
     return [make_solution(handle, problem, s) for s in solvers]
 
 

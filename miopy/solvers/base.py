@@ -51,6 +51,11 @@ class Solver:
     def workspace_size(self, ctx: Handle, problem: Problem) -> int:
         return 0
 
+    def defers(self, ctx: Handle, problem: Problem) -> bool:
+        """Applicable, but likely slower here than a later solver of the list: immediate mode
+        (no find DB record) then lists it after the others. A hint, never a refusal."""
+        return False
+
     def get_program(self, ctx: Handle, problem: Problem, config: dict[str, Any] | None = None) -> Program:
         """The steps that compute ``problem`` (with ``config`` for tunable solvers)."""
         raise NotImplementedError

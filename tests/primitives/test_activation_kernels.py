@@ -90,9 +90,29 @@ def test_compiled_in_mode(ocl):
     rng = np.random.default_rng(8)
     for mode, direction in ((ActivationMode.SOFTRELU, "F"), (ActivationMode.LOGISTIC, "B")):
         problem = ActivationProblem.create(_desc(mode), TensorDesc("fp16", (2, 8, 4, 4)), direction)
-        solution = make_solution(CudaLike(), problem, (FWD if direction == "F" else BWD)["packed"])
+        solver = (FWD if direction == "F" else BWD)["packed"]
+        solution = make_solution(CudaLike(), problem, solver, cfg=solver.default_config(None, problem))
         assert ("ACTIV_MODE", int(mode)) in solution.kernels[0].defines
         check_activ(ocl, solution, rng)
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_packed_configs(ocl, direction):
+    """Every work-group size and vectors per work item: full groups, a partial last group, a
+    group of only the scalar tail, and a bad config refused."""
+    rng = np.random.default_rng(13)
+    solver = (FWD if direction == "F" else BWD)["packed"]
+    space = list(solver.search_space(ocl, None))
+    assert solver.default_config(ocl, None) in space
+    configs = [{"local": 64, "unroll": 4}, {"local": 512, "unroll": 2}]
+    assert all(c in space for c in configs)
+    # 4 * 7 * 11 * 13 = 4004 fp32: 1001 vectors, the last group partial; 3 elements: a tail only
+    for lens in ((4, 7, 11, 13), (1, 3, 1, 1)):
+        problem = ActivationProblem.create(_desc(ActivationMode.ELU), TensorDesc("fp32", lens), direction)
+        for cfg in configs:
+            check_activ(ocl, make_solution(ocl, problem, solver, cfg=cfg), rng)
+    assert not solver.is_valid_config(ocl, None, {"local": 96, "unroll": 1})
+    assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": True})
 
 
 def test_solvers_refuse_other_problems(ocl):

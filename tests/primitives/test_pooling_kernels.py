@@ -172,3 +172,29 @@ def test_compiled_in_shape(ocl, direction, solver, dtype, lens, layout, desc):
     defines = dict(solution.kernels[0].defines)
     assert defines["POOL_FIXED"] == 1 and defines["POOL_KW"] == desc.window[-1] and defines["POOL_IDX32"] == 1
     check_pool(ocl, solution, np.random.default_rng(1))
+
+
+def test_vec_defers_when_too_few_work_items(ocl, monkeypatch):
+    """On a GPU, channel vectors of a global pooling leave too few work items: immediate mode then
+    lists Direct first; large feature maps keep Vec first; a CPU device never defers."""
+    from types import SimpleNamespace
+
+    from miopy.engine.find import get_solutions
+
+    gpu = SimpleNamespace(backend_name="cuda", info=SimpleNamespace(compute_units=132))
+    glob = PoolingProblem.create(
+        PoolingDesc("avg", (7, 7), (1, 1)), TensorDesc("fp16", (32, 2048, 7, 7), layout="NHWC"), "F"
+    )
+    big = PoolingProblem.create(
+        PoolingDesc("max", (3, 3), (2, 2), (1, 1)), TensorDesc("fp16", (32, 64, 112, 112), layout="NHWC"), "F"
+    )
+    vec = PoolingFwdVec()
+    assert vec.is_applicable(gpu, glob) is None
+    assert vec.defers(gpu, glob) and not vec.defers(gpu, big)
+    assert not vec.defers(ocl, glob) and not PoolingFwdDirect().defers(gpu, glob)
+    small = PoolingProblem.create(
+        PoolingDesc("avg", (3, 3), (1, 1)), TensorDesc("fp32", (1, 8, 5, 5), layout="NHWC"), "F"
+    )
+    assert [s.solver for s in get_solutions(ocl, small)] == ["PoolingFwdVec", "PoolingFwdDirect"]
+    monkeypatch.setattr(PoolingFwdVec, "defers", lambda self, ctx, problem: True)
+    assert [s.solver for s in get_solutions(ocl, small)] == ["PoolingFwdDirect", "PoolingFwdVec"]

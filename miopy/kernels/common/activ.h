@@ -4,8 +4,7 @@
    better saved.
 
    *_packed: every tensor is dense with the same strides, so the data are one flat array; each work
-   item handles VEC elements with 16-byte loads and stores (grid-stride), a scalar loop takes the
-   tail, and unaligned base pointers (CUDA) fall back to scalar access.
+   item handles ACTIV_UNROLL vectors of VEC elements with 16-byte loads and stores (see below).
    *_strided: any lens and strides (logical N,C,D,H,W order; D = 1 for 2-D), one element per step. */
 #include "common/vec.h"
 
@@ -54,25 +53,56 @@ DEVICE_FN float activ_bwd(float x, float y, float dy, int mode, float a, float b
     }
 }
 
+/* ACTIV_IDX32: the element count fits 32 bits, so the index arithmetic can too */
+#ifndef ACTIV_IDX32
+#define ACTIV_IDX32 0
+#endif
+#if ACTIV_IDX32
+typedef u32 aidx_t;
+#else
+typedef i64 aidx_t;
+#endif
+/* Packed kernels: the grid covers the data (no grid-stride loop). Work-group g owns
+   ACTIV_LOCAL * ACTIV_UNROLL consecutive vectors; item l of it takes vectors
+   g*ACTIV_LOCAL*ACTIV_UNROLL + j*ACTIV_LOCAL + l (j < ACTIV_UNROLL), so each load instruction of a
+   group is one contiguous run. Full groups skip the bounds checks. The n % VEC trailing elements
+   go to the first work items. Unaligned base pointers (CUDA) take a scalar grid-stride path. */
+#ifndef ACTIV_LOCAL
+#define ACTIV_LOCAL 128
+#endif
+#ifndef ACTIV_UNROLL
+#define ACTIV_UNROLL 1
+#endif
+#define ACTIV_TILE (ACTIV_LOCAL * ACTIV_UNROLL)
+
 KERNEL void activ_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 n, int mode,
                              float a, float b, float g)
 {
-    i64 start = 0;
     if(ALIGNED16(x) && ALIGNED16(y))
     {
-        const i64 nvec = n / VEC;
-        for(i64 i = GLOBAL_ID0; i < nvec; i += GLOBAL_SIZE0)
+        const aidx_t nvec = (aidx_t)(n / VEC);
+        const aidx_t first = (aidx_t)GROUP_ID0 * ACTIV_TILE + (aidx_t)LOCAL_ID0;
+        const int full = first - (aidx_t)LOCAL_ID0 + ACTIV_TILE <= nvec;
+        float v[ACTIV_UNROLL][VEC];
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
+            if(full || first + j * ACTIV_LOCAL < nvec)
+                load_vec(x, (i64)(first + j * ACTIV_LOCAL) * VEC, v[j]);
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
         {
-            float v[VEC];
-            load_vec(x, i * VEC, v);
             UNROLL
             for(int k = 0; k < VEC; ++k)
-                v[k] = activ_fwd(v[k], MODE, a, b, g);
-            store_vec(y, i * VEC, v);
+                v[j][k] = activ_fwd(v[j][k], MODE, a, b, g);
+            if(full || first + j * ACTIV_LOCAL < nvec)
+                store_vec(y, (i64)(first + j * ACTIV_LOCAL) * VEC, v[j]);
         }
-        start = nvec * VEC;
+        const i64 t = (i64)nvec * VEC + GLOBAL_ID0;
+        if(t < n)
+            STORE(y, t, activ_fwd(LOAD(x, t), MODE, a, b, g));
+        return;
     }
-    for(i64 i = start + GLOBAL_ID0; i < n; i += GLOBAL_SIZE0)
+    for(i64 i = GLOBAL_ID0; i < n; i += GLOBAL_SIZE0)
         STORE(y, i, activ_fwd(LOAD(x, i), MODE, a, b, g));
 }
 
@@ -80,29 +110,49 @@ KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
                              const GLOBAL data_t* RESTRICT dy, GLOBAL data_t* RESTRICT dx, i64 n, int mode,
                              float a, float b, float g)
 {
-    i64 start = 0;
     if(ALIGNED16(x) && ALIGNED16(y) && ALIGNED16(dy) && ALIGNED16(dx))
     {
-        const i64 nvec = n / VEC;
-        for(i64 i = GLOBAL_ID0; i < nvec; i += GLOBAL_SIZE0)
+        const aidx_t nvec = (aidx_t)(n / VEC);
+        const aidx_t first = (aidx_t)GROUP_ID0 * ACTIV_TILE + (aidx_t)LOCAL_ID0;
+        const int full = first - (aidx_t)LOCAL_ID0 + ACTIV_TILE <= nvec;
+        float xv[ACTIV_UNROLL][VEC], yv[ACTIV_UNROLL][VEC], gv[ACTIV_UNROLL][VEC];
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
         {
-            float xv[VEC], yv[VEC], gv[VEC];
-            for(int k = 0; k < VEC; ++k)
-                xv[k] = yv[k] = gv[k] = 0.0f;
-            if(ACTIV_BWD_X)
-                load_vec(x, i * VEC, xv);
-            if(ACTIV_BWD_Y)
-                load_vec(y, i * VEC, yv);
-            if(ACTIV_BWD_DY)
-                load_vec(dy, i * VEC, gv);
             UNROLL
             for(int k = 0; k < VEC; ++k)
-                gv[k] = activ_bwd(xv[k], yv[k], gv[k], MODE, a, b, g);
-            store_vec(dx, i * VEC, gv);
+                xv[j][k] = yv[j][k] = gv[j][k] = 0.0f;
+            if(full || first + j * ACTIV_LOCAL < nvec)
+            {
+                const i64 off = (i64)(first + j * ACTIV_LOCAL) * VEC;
+                if(ACTIV_BWD_X)
+                    load_vec(x, off, xv[j]);
+                if(ACTIV_BWD_Y)
+                    load_vec(y, off, yv[j]);
+                if(ACTIV_BWD_DY)
+                    load_vec(dy, off, gv[j]);
+            }
         }
-        start = nvec * VEC;
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
+        {
+            UNROLL
+            for(int k = 0; k < VEC; ++k)
+                gv[j][k] = activ_bwd(xv[j][k], yv[j][k], gv[j][k], MODE, a, b, g);
+            if(full || first + j * ACTIV_LOCAL < nvec)
+                store_vec(dx, (i64)(first + j * ACTIV_LOCAL) * VEC, gv[j]);
+        }
+        const i64 t = (i64)nvec * VEC + GLOBAL_ID0;
+        if(t < n)
+        {
+            const float xs = ACTIV_BWD_X ? LOAD(x, t) : 0.0f;
+            const float ys = ACTIV_BWD_Y ? LOAD(y, t) : 0.0f;
+            const float gs = ACTIV_BWD_DY ? LOAD(dy, t) : 0.0f;
+            STORE(dx, t, activ_bwd(xs, ys, gs, MODE, a, b, g));
+        }
+        return;
     }
-    for(i64 i = start + GLOBAL_ID0; i < n; i += GLOBAL_SIZE0)
+    for(i64 i = GLOBAL_ID0; i < n; i += GLOBAL_SIZE0)
     {
         const float xs = ACTIV_BWD_X ? LOAD(x, i) : 0.0f;
         const float ys = ACTIV_BWD_Y ? LOAD(y, i) : 0.0f;
@@ -114,15 +164,6 @@ KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
 #define ACTIV_SHAPE_ARGS int N, int C, int D, int H, int W
 #define ACTIV_STRIDES(t) i64 t##n, i64 t##c, i64 t##d, i64 t##h, i64 t##w
 #define ACTIV_OFFSET(t) (n * t##n + c * t##c + d * t##d + h * t##h + w * t##w)
-/* ACTIV_IDX32: the element count fits 32 bits, so the strided kernels' arithmetic can too */
-#ifndef ACTIV_IDX32
-#define ACTIV_IDX32 0
-#endif
-#if ACTIV_IDX32
-typedef u32 aidx_t;
-#else
-typedef i64 aidx_t;
-#endif
 #define ACTIV_DECOMPOSE                                   \
     aidx_t r = i;                                         \
     const i64 w = (i64)(r % (aidx_t)W); r /= (aidx_t)W;   \

@@ -1,20 +1,28 @@
 """Activation as one elementwise kernel (kernels/common/activ.h).
 
 Packed: every tensor dense with the same strides, so the data are one flat array: 16-byte vector
-loads and stores (4 fp32 or 8 fp16/bf16 per work item), grid-stride. Strided: any lens and
-strides, one element per step; the fallback."""
+loads and stores (4 fp32 or 8 fp16/bf16 per vector), a grid that covers the data once. Tunable:
+the work-group size and the vectors per work item (default 128 and 1, the geometry of PyTorch's
+vectorised elementwise kernels). Strided: any lens and strides, one element per step; the
+fallback."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from miopy.problem.activation import ActivationProblem
 from miopy.problem.passes import Pass
 from miopy.solution import KernelSpec, Launch, Program, Tensor
-from miopy.solvers.base import Solver
+from miopy.solvers.base import Solver, TunableSolver
 from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
 
 VEC_BYTES = 16
+PACKED_LOCALS = (64, 128, 256, 512)
+PACKED_UNROLLS = (1, 2, 4)
+PACKED_DEFAULT = {"local": 128, "unroll": 1}
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -68,16 +76,47 @@ class _Activ(Solver):
         return KernelSpec("activ", kernel, defines, global_size, local_size)
 
 
-class ActivFwdPacked(_Activ):
+class _Packed(_Activ, TunableSolver):
+    """One flat array; the grid covers it with ``unroll`` vectors per work item."""
+
+    packed = True
+    kernel: str
+
+    def default_config(self, ctx, problem) -> dict[str, Any]:
+        return dict(PACKED_DEFAULT)
+
+    def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
+        return [{"local": lo, "unroll": u} for lo in PACKED_LOCALS for u in PACKED_UNROLLS]
+
+    def is_valid_config(self, ctx, problem, config: Any) -> bool:
+        if not isinstance(config, dict) or set(config) != {"local", "unroll"}:
+            return False
+        lo, u = config["local"], config["unroll"]
+        return type(lo) is int and type(u) is int and lo in PACKED_LOCALS and u in PACKED_UNROLLS
+
+    def packed_spec(self, ctx, problem: ActivationProblem, config: dict | None) -> KernelSpec:
+        cfg = config or PACKED_DEFAULT
+        local, unroll = cfg["local"], cfg["unroll"]
+        n = problem.descs[0][1].element_count
+        nvec = n // (VEC_BYTES // problem.dtype.itemsize)
+        groups = max(1, -(-nvec // (local * unroll)))
+        defines = {"MIOPY_DTYPE": problem.dtype.code, "ACTIV_LOCAL": local, "ACTIV_UNROLL": unroll}
+        if n + groups * local < 2**31:
+            defines["ACTIV_IDX32"] = 1
+        if specialize(ctx):
+            defines["ACTIV_MODE"] = int(problem.desc.mode)
+        return KernelSpec("activ", self.kernel, defines, (groups * local,), (local,))
+
+
+class ActivFwdPacked(_Packed):
     name = "ActivFwdPacked"
     id = 300
     direction = Pass.FORWARD
-    packed = True
+    kernel = "activ_fwd_packed"
 
     def get_program(self, ctx, problem: ActivationProblem, config=None) -> Program:
         n = problem.descs[0][1].element_count
-        vec = VEC_BYTES // problem.dtype.itemsize
-        spec = self._spec(ctx, problem, "activ_fwd_packed", -(-n // vec))
+        spec = self.packed_spec(ctx, problem, config)
         tail = [np.int64(n), *_scalars(problem)]
         return Program((Launch(spec, (Tensor("x"), Tensor("y"), *tail)),))
 
@@ -97,16 +136,15 @@ class ActivFwdStrided(_Activ):
 _BWD_TENSORS = (Tensor("x"), Tensor("y"), Tensor("dy"), Tensor("dx"))
 
 
-class ActivBwdPacked(_Activ):
+class ActivBwdPacked(_Packed):
     name = "ActivBwdPacked"
     id = 302
     direction = Pass.BACKWARD
-    packed = True
+    kernel = "activ_bwd_packed"
 
     def get_program(self, ctx, problem: ActivationProblem, config=None) -> Program:
         n = problem.descs[0][1].element_count
-        vec = VEC_BYTES // problem.dtype.itemsize
-        spec = self._spec(ctx, problem, "activ_bwd_packed", -(-n // vec))
+        spec = self.packed_spec(ctx, problem, config)
         tail = [np.int64(n), *_scalars(problem)]
         return Program((Launch(spec, (*_BWD_TENSORS, *tail)),))
 
