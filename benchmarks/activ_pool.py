@@ -57,7 +57,8 @@ RELUS = [
 # (name, C, H=W, window, stride, pad, mode)
 POOLS = [("maxpool 3x3/s2", 64, 112, 3, 2, 1, "max"), ("global avgpool 7x7", 2048, 7, 7, 1, 0, "avg")]
 SOLVERS = [*solvers_for("activ"), *solvers_for("pool")]
-ITERS, REPS = 50, 7
+ITERS, REPS = 40, 5
+TUNE = True  # time tunable solvers in every config of their search space (--no-tune: default only)
 L2_BYTES = 60 << 20  # a little more than the H200's L2
 TORCH_DTYPE = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
 TOL = {"fp16": 2e-3, "fp32": 1e-5, "bf16": 1.6e-2}
@@ -134,8 +135,10 @@ def best_of_ours(handle, problem, make_args, check) -> dict:
         if solver.is_applicable(handle, problem) is not None:
             continue
         view = problem.solver_view()
-        configs = list(solver.search_space(handle, view)) if solver.tunable else [None]
         default = solver.default_config(handle, view) if solver.tunable else None
+        configs = [default]
+        if solver.tunable and TUNE:
+            configs += [c for c in solver.search_space(handle, view) if c != default]
         for cfg in configs:
             sol = make_solution(handle, problem, solver, cfg)
             inv = invoker(handle, sol)
@@ -287,7 +290,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16,fp32")
     ap.add_argument("--json", default="")
+    ap.add_argument("--no-tune", action="store_true", help="tunable solvers in their default config only")
     args = ap.parse_args()
+    global TUNE
+    TUNE = not args.no_tune
     handle = Handle("cuda")
     print(
         f"device: {handle.info.name}, {handle.info.compute_units} SMs; torch {torch.__version__}", flush=True
