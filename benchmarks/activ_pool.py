@@ -167,6 +167,11 @@ def activ_case(handle, dtype: str, layout: str, c: int, hw: int, direction: str)
     if direction == "F":
         ys = [torch.empty_like(x) for x in xs]
         torch_us = device_us([functools.partial(F.relu, x) for x in xs])
+        # like for like: torch writing the same rotating outputs as ours (as called, the caching
+        # allocator hands F.relu the block it just freed, whose lines may still sit in L2)
+        outs = [torch.empty_like(x) for x in xs]
+        relu_out = torch.ops.aten.relu.out
+        torch_out_us = device_us([functools.partial(relu_out, x, out=o) for x, o in zip(xs, outs)])
 
         def make_args():
             return [{"x": be.wrap(x), "y": be.wrap(y)} for x, y in zip(xs, ys)]
@@ -183,6 +188,11 @@ def activ_case(handle, dtype: str, layout: str, c: int, hw: int, direction: str)
         dxs = [torch.empty_like(x) for x in xs]
         tb = torch.ops.aten.threshold_backward
         torch_us = device_us([functools.partial(tb, dy, y, 0) for dy, y in zip(dys, ys)])
+        outs = [torch.empty_like(x) for x in xs]
+        tbo = torch.ops.aten.threshold_backward.grad_input
+        torch_out_us = device_us(
+            [functools.partial(tbo, dy, y, 0, grad_input=o) for dy, y, o in zip(dys, ys, outs)]
+        )
 
         def make_args():
             return [
@@ -197,7 +207,8 @@ def activ_case(handle, dtype: str, layout: str, c: int, hw: int, direction: str)
             return close(dxs[0], tb(dys[0], ys[0], 0), dtype) / TOL[dtype]
 
     ours = best_of_ours(handle, problem, make_args, check)
-    return {"case": f"relu {c}x{hw}x{hw}", "bytes": nbytes, "torch_us": torch_us, **ours}
+    case = {"case": f"relu {c}x{hw}x{hw}", "bytes": nbytes, "torch_us": torch_us}
+    return {**case, "torch_out_us": torch_out_us, **ours}
 
 
 def pool_case(handle, dtype: str, layout: str, pool, direction: str) -> dict:
@@ -333,7 +344,8 @@ def main() -> int:
                     f"{row['bytes'] / best['us'] / 1e3:6.0f} GB/s {row['ours_pct']:5.1f}% copy "
                     f"({row['ours_pct_same']:5.1f}% same-size) [{best['solver']}] | default "
                     f"{dflt['us']:8.2f} us [{dflt['solver']}] | torch "
-                    f"{row['torch_us']:8.2f} us {row['torch_pct']:5.1f}% | "
+                    f"{row['torch_us']:8.2f} us {row['torch_pct']:5.1f}% "
+                    f"(out=: {row.get('torch_out_us', float('nan')):.2f} us) | "
                     f"x{row['torch_us'] / dflt['us']:4.2f}",
                     flush=True,
                 )
@@ -341,9 +353,9 @@ def main() -> int:
                 results.append(row)
     print(
         "\n| dtype | case | dir | bytes | miopy default us | default solver | miopy tuned us | % copy "
-        "| % same-size copy | tuned solver | torch us | % copy | speed-up (default) |"
+        "| % same-size copy | tuned solver | torch us | % copy | torch out= us | speed-up (default) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     misses = []
     for r in results:
         b = r["best"]
@@ -353,7 +365,8 @@ def main() -> int:
         print(
             f"| {r['dtype']} | {r['case']} | {r['direction']} | {r['bytes'] / 1e6:.1f} MB | {d['us']:.2f} | "
             f"{d['solver']} | {b['us']:.2f} | {r['ours_pct']:.0f} | {r['ours_pct_same']:.0f} | "
-            f"{b['solver']} | {r['torch_us']:.2f} | {r['torch_pct']:.0f} | {r['torch_us'] / d['us']:.2f} |"
+            f"{b['solver']} | {r['torch_us']:.2f} | {r['torch_pct']:.0f} | "
+            f"{r.get('torch_out_us', float('nan')):.2f} | {r['torch_us'] / d['us']:.2f} |"
         )
         goal = (
             85
@@ -364,10 +377,11 @@ def main() -> int:
             misses.append(
                 f"{r['dtype']} {r['case']} {r['direction']}: {r['default_pct']:.0f}% of copy < {goal}%"
             )
-        if d["us"] > r["torch_us"]:
+        torch_like = min(r["torch_us"], r.get("torch_out_us", r["torch_us"]))
+        if d["us"] > torch_like:
             misses.append(
                 f"{r['dtype']} {r['case']} {r['direction']}: slower than torch "
-                f"({d['us']:.2f} > {r['torch_us']:.2f} us, immediate mode's default)"
+                f"({d['us']:.2f} > {torch_like:.2f} us, immediate mode's default)"
             )
     for dtype in args.dtypes.split(","):
         sel = [r for r in results if r["dtype"] == dtype and r["best"]]

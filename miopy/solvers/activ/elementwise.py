@@ -2,9 +2,11 @@
 
 Packed: every tensor dense with the same strides, so the data are one flat array: 16-byte vector
 loads and stores (4 fp32 or 8 fp16/bf16 per vector), a grid that covers the data once. Tunable:
-the work-group size and the vectors per work item (default 128 and 1, the geometry of PyTorch's
-vectorised elementwise kernels). Strided: any lens and strides, one element per step; the
-fallback."""
+the work-group size and the vectors per work item. Defaults from an H200 sweep of the ResNet-50
+ReLUs (64-512 work items x 1-4 vectors; all within 3 % of each other): forward 256 work items,
+16 elements each up to 4 Mi elements (fp32 128x28x28: 8.81 against 9.08 us with one vector),
+one vector above; backward 512 work items of one vector. Strided: any lens and strides, one
+element per step; the fallback."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
 VEC_BYTES = 16
 PACKED_LOCALS = (64, 128, 256, 512)
 PACKED_UNROLLS = (1, 2, 4)
-PACKED_DEFAULT = {"local": 128, "unroll": 1}
+SMALL_ELEMENTS = 4 << 20  # forward: up to here, 16 elements per work item
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -83,7 +85,11 @@ class _Packed(_Activ, TunableSolver):
     kernel: str
 
     def default_config(self, ctx, problem) -> dict[str, Any]:
-        return dict(PACKED_DEFAULT)
+        if self.direction is Pass.BACKWARD:
+            return {"local": 512, "unroll": 1}
+        if problem is not None and problem.descs[0][1].element_count <= SMALL_ELEMENTS:
+            return {"local": 256, "unroll": 16 * problem.dtype.itemsize // VEC_BYTES}
+        return {"local": 256, "unroll": 1}
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
         return [{"local": lo, "unroll": u} for lo in PACKED_LOCALS for u in PACKED_UNROLLS]
@@ -95,7 +101,7 @@ class _Packed(_Activ, TunableSolver):
         return type(lo) is int and type(u) is int and lo in PACKED_LOCALS and u in PACKED_UNROLLS
 
     def packed_spec(self, ctx, problem: ActivationProblem, config: dict | None) -> KernelSpec:
-        cfg = config or PACKED_DEFAULT
+        cfg = config or self.default_config(ctx, problem)
         local, unroll = cfg["local"], cfg["unroll"]
         n = problem.descs[0][1].element_count
         nvec = n // (VEC_BYTES // problem.dtype.itemsize)
