@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from miopy.solution import Program
 from miopy.solvers.base import Solver
+from miopy.solvers.norm.bn_program import bn_packed_program
 from miopy.solvers.norm.program import norm_program, packed_reason
 
 
@@ -27,6 +28,8 @@ class _Norm(Solver):
         return self.get_program(ctx, problem).workspace
 
     def get_program(self, ctx, problem, config=None) -> Program:
+        if self.packed and self.primitive == "bnorm":
+            return bn_packed_program(ctx, problem)
         return norm_program(ctx, problem, self.packed)
 
 

@@ -1,0 +1,155 @@
+"""The Program of the packed batch-norm solvers (kernels/common/bnorm.h): reduce, finalise, apply.
+
+Sizes are chosen to fill the device: the reduction gets about ``BLOCKS_PER_CU`` work-groups per
+compute unit at every shape (columns: channel blocks x row slabs; rows: key x chunk units), the
+apply enough work items for full occupancy, its grid a multiple of the keys' period so that a
+work item keeps its channels' coefficients in registers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
+from miopy.solvers.launch import LOCAL, MAX_GROUPS
+from miopy.solvers.norm.program import F_DY, OP, NormProblem
+from miopy.solvers.norm.view import PackedGeometry, packed_geometry, view8, with_key_index
+
+BN_IDS = {"bn_reduce_cols": 1, "bn_reduce_rows": 2, "bn_finalize": 3, "bn_apply": 4}
+VEC_BYTES = 16
+BLOCKS_PER_CU = 4  # reduction work-groups per compute unit
+THREADS_PER_CU = 2048  # apply: work items per compute unit (full occupancy on NVIDIA)
+FINALIZE_KEYS = 32  # bn_finalize: at most this many keys per work-group (the rest: lanes)
+MAX_CHUNKS = 1024
+MAX_APPLY_PERIOD = 1 << 24
+
+
+def _cus(ctx) -> int:
+    return int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+
+
+def _vw(ctx, itemsize: int, ok: bool) -> int:
+    """16-byte vectors on CUDA when the geometry allows; OpenCL compilers vectorise work items."""
+    if not ok or getattr(ctx, "backend_name", None) != "cuda":
+        return 1
+    return VEC_BYTES // itemsize
+
+
+def _spec(name: str, problem, vw: int, bwd: bool, gs, ls, tx: int = 32, unr: int = 2) -> KernelSpec:
+    defines = {
+        "MIOPY_DTYPE": problem.tensors()["x"].dtype.code,
+        "NORM_PTYPE": problem.param_dtype.code,
+        "NORM_VW": vw,
+        "BN_ONLY": BN_IDS[name],
+        "BN_BWD": int(bwd),
+    }
+    if name == "bn_reduce_cols":
+        defines["BN_TX"] = tx
+        defines["BN_UNR"] = unr
+    if name == "bn_finalize":
+        defines["BN_FK"] = tx
+    return KernelSpec("bnorm", name, defines, gs, ls)
+
+
+def _reduce_cols(ctx, problem, geo: PackedGeometry, bwd: bool, ws, flags: int) -> tuple[Launch, int]:
+    item = problem.tensors()["x"].dtype.itemsize
+    vw = _vw(ctx, item, geo.K % (VEC_BYTES // item) == 0 and geo.rstride % (VEC_BYTES // item) == 0)
+    kv = -(-geo.K // vw)  # vector columns
+    tx = min(32, 1 << (kv - 1).bit_length())  # work items across columns (a power of two)
+    ty = LOCAL // tx
+    cols = -(-kv // tx)
+    want = max(1, -(-_cus(ctx) * BLOCKS_PER_CU // cols))
+    nchunks = int(max(1, min(want, geo.rows // (2 * ty), MAX_CHUNKS)))
+    rpc = -(-geo.rows // nchunks)
+    nchunks = -(-geo.rows // rpc)
+    unr = 2 if bwd else 4  # rows per step: loads in flight, within the registers
+    spec = _spec("bn_reduce_cols", problem, vw, bwd, (cols * tx, nchunks * ty), (tx, ty), tx, unr)
+    args = (Tensor("x"), Tensor("dy") if bwd else ws, ws, np.int32(geo.K), np.int32(geo.rows))
+    args += (np.int32(geo.rstride), np.int32(rpc), np.int32(flags))
+    return Launch(spec, args), nchunks
+
+
+def _reduce_rows(ctx, problem, geo: PackedGeometry, bwd: bool, ws, flags: int) -> tuple[Launch, int]:
+    item = problem.tensors()["x"].dtype.itemsize
+    step = VEC_BYTES // item
+    vw = _vw(ctx, item, geo.L % step == 0 and geo.kstride % step == 0 and geo.sstride % step == 0)
+    total = geo.S * geo.L
+    want = max(1, -(-_cus(ctx) * BLOCKS_PER_CU * 2 // geo.K))
+    most = max(1, total // (LOCAL * vw * 4))
+    nchunks = int(max(1, min(want, most, MAX_CHUNKS)))
+    chunk = -(-total // nchunks)
+    chunk = -(-chunk // vw) * vw
+    nchunks = -(-total // chunk)
+    groups = max(1, min(geo.K * nchunks, MAX_GROUPS))
+    spec = _spec("bn_reduce_rows", problem, vw, bwd, (groups * LOCAL,), (LOCAL,))
+    args = (Tensor("x"), Tensor("dy") if bwd else ws, ws, np.int32(geo.K))
+    args += tuple(np.int32(v) for v in (geo.S, geo.L, geo.kstride, geo.sstride, chunk, nchunks))
+    args += (np.int32(flags),)
+    return Launch(spec, args), nchunks
+
+
+def _apply(ctx, problem, geo: PackedGeometry, bwd: bool, ws, coef: int) -> Launch:
+    item = problem.tensors()["x"].dtype.itemsize
+    vw = _vw(ctx, item, True)
+    nv = -(-geo.n // vw)
+    groups = max(1, min(-(-nv // LOCAL), -(-_cus(ctx) * THREADS_PER_CU // LOCAL)))
+    kmode = 0
+    if geo.kd == 1 and geo.K % vw == 0:
+        period = math.lcm(LOCAL, geo.K // vw)  # work items whose stride keeps the channels
+        if period <= MAX_APPLY_PERIOD:
+            kmode = 2
+            groups = -(-groups * LOCAL // period) * period // LOCAL
+    elif geo.kd % vw == 0:
+        kmode = 1
+    spec = _spec("bn_apply", problem, vw, bwd, (groups * LOCAL,), (LOCAL,))
+    head = (Tensor("x"), Tensor("dy") if bwd else Tensor("x"), Tensor("dx" if bwd else "y"), ws)
+    tail = (np.int64(coef), np.int32(geo.K), np.int32(geo.n), np.int32(geo.kd), np.int32(geo.km))
+    return Launch(spec, (*head, *tail, np.int32(kmode)))
+
+
+def bn_packed_program(ctx, problem: NormProblem) -> Program:
+    kind = problem.norm_kind
+    op = OP[kind]
+    bwd = kind == "bn_bwd"
+    dims = with_key_index(problem.norm_dims())
+    view = view8(dims, ("x", "y", "dy", "dx", "stat", "param", "k"))
+    K = view.K
+    n = math.prod(d.length for d in dims if not d.key)
+    geo = packed_geometry(dims, ("x", "dy", "dx") if bwd else ("x", "y"))
+    assert isinstance(geo, PackedGeometry), geo
+    ws = Workspace()
+    flags = problem.norm_flags | (F_DY if bwd else 0)
+    steps: list[Launch] = []
+    nchunks = 0
+    if op != OP["bn_infer"]:
+        make = _reduce_cols if geo.kind == "cols" else _reduce_rows
+        launch, nchunks = make(ctx, problem, geo, bwd, ws, flags)
+        steps.append(launch)
+    coef = 4 * K * nchunks
+    workspace = (coef + 6 * K) * 4
+
+    roles = problem.finalize_roles()
+
+    def t(role: str | None):
+        return Tensor(role) if role else ws
+
+    # keys per work-group: few where there are few keys, so that the chunks' sums spread over
+    # many work items (a work-group's lanes split a key's chunks)
+    fk = FINALIZE_KEYS
+    while fk > 1 and -(-K // fk) < _cus(ctx):
+        fk //= 2
+    fgroups = -(-K // fk)
+    spec = _spec("bn_finalize", problem, 1, bwd, (fgroups * fk, LOCAL // fk), (fk, LOCAL // fk), fk)
+    args = (Tensor("x"), ws, *(t(roles.get(r)) for r in ("scale", "bias", "s_a", "s_b", "s_c", "s_d")))
+    args += (np.int64(0), np.int64(coef), np.int64(K), np.int64(nchunks), np.float32(n), np.int32(op))
+    args += (np.int32(flags), Scalar("epsilon", "float32", problem.epsilon))
+    args += (Scalar("exp_avg_factor", "float32", getattr(problem, "exp_avg_factor", 1.0)),)
+    args += (*view.lens_args(), *view.stride_args("x"), *view.stride_args("stat"))
+    steps.append(Launch(spec, args))
+    steps.append(_apply(ctx, problem, geo, bwd, ws, coef))
+    return Program(tuple(steps), workspace)
+
+
+__all__ = ["bn_packed_program"]
