@@ -23,7 +23,7 @@ from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
-from miopy.solvers.norm.solvers import BNORM_SOLVERS
+from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.solvers.reduce import ReduceColumns, ReduceGeneric, ReduceRows
 from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxStrided
@@ -58,6 +58,8 @@ SOLVERS: dict[str, list[Solver]] = {
     "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
     "reduce": [ReduceRows(), ReduceColumns(), ReduceGeneric()],
     "lrn": [LrnCrossSlide(), LrnDirect()],
+    "layernorm": LAYERNORM_SOLVERS,
+    "groupnorm": GROUPNORM_SOLVERS,
 }
 CONV_SOLVERS = SOLVERS["conv"]
 

@@ -49,4 +49,17 @@ BNORM_SOLVERS = [
     _make("bnorm", "BnBwdStrided", 405, "bn_bwd", False),
 ]
 
-__all__ = ["BNORM_SOLVERS"]
+LAYERNORM_SOLVERS = [
+    _make("layernorm", "LayerNormFwdPacked", 410, "ln_fwd", True),
+    _make("layernorm", "LayerNormFwdStrided", 411, "ln_fwd", False),
+    _make("layernorm", "LayerNormBwdPacked", 412, "ln_bwd", True),
+    _make("layernorm", "LayerNormBwdStrided", 413, "ln_bwd", False),
+]
+GROUPNORM_SOLVERS = [
+    _make("groupnorm", "GroupNormFwdPacked", 420, "ln_fwd", True),
+    _make("groupnorm", "GroupNormFwdStrided", 421, "ln_fwd", False),
+    _make("groupnorm", "GroupNormBwdPacked", 422, "ln_bwd", True),
+    _make("groupnorm", "GroupNormBwdStrided", 423, "ln_bwd", False),
+]
+
+__all__ = ["BNORM_SOLVERS", "GROUPNORM_SOLVERS", "LAYERNORM_SOLVERS"]

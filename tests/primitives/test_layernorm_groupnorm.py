@@ -1,0 +1,63 @@
+"""Layer norm and group norm: keys, errors naming the field, large means on OpenCL (the
+registry test runs every solver on the samples)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from miopy.engine.candidates import make_solution
+from miopy.errors import BadParm
+from miopy.problem.layernorm import GroupNormProblem, LayerNormProblem
+from miopy.problem.nd import NdDesc
+from miopy.reference import layernorm as ref
+from miopy.reference.common import rms_range, view
+from miopy.solvers import SOLVERS
+from miopy.tensor import from_storage
+
+
+def test_keys_round_trip():
+    for p in (
+        LayerNormProblem(NdDesc("fp16", (4, 3, 5)), 1, 1e-5, 1, "B"),
+        LayerNormProblem(NdDesc("fp32", (3, 4, 5), (40, 10, 2)), 2, 2e-6, 0, "F"),
+        GroupNormProblem(NdDesc("bf16", (2, 8, 3, 3, 3)), 4, 1e-5, 1, "F"),
+    ):
+        assert type(p).parse(p.key()) == p
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: LayerNormProblem(NdDesc("fp32", (2, 3)), 2), "normalized_dim"),
+        (lambda: LayerNormProblem(NdDesc("fp32", (2, 3)), 1, -1.0), "epsilon"),
+        (lambda: LayerNormProblem(NdDesc("fp32", (2, 3)), 1, 1e-5, 2), "mode"),
+        (lambda: GroupNormProblem(NdDesc("fp32", (2, 6, 3)), 4), "num_groups"),
+        (lambda: GroupNormProblem(NdDesc("fp32", (2, 6)), 3), "x.lens"),
+        (lambda: LayerNormProblem("x", 1), "x"),
+    ],
+)
+def test_errors_name_the_field(make, field):
+    with pytest.raises(BadParm, match=rf"^{field}="):
+        make()
+
+
+@pytest.mark.parametrize("primitive", ["layernorm", "groupnorm"])
+def test_large_mean(ocl, primitive):
+    x = NdDesc("fp32", (4, 8, 6, 5))
+    rng = np.random.default_rng(4)
+    for d in "FB":
+        p = (
+            LayerNormProblem(x, 2, 1e-5, 1, d)
+            if primitive == "layernorm"
+            else GroupNormProblem(x, 4, 1e-5, 1, d)
+        )
+        for solver in SOLVERS[primitive]:
+            if solver.is_applicable(ocl, p) is not None:
+                continue
+            bufs = ref.random_buffers(p, rng, offset=1000.0)
+            want = ref.reference(p, bufs)
+            make_solution(ocl, p, solver).run(ocl, bufs)
+            t = p.tensors()
+            for role, w in want.items():
+                err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                assert err < 1e-5, f"{solver.name} {p.key()} {role}: {err}"
