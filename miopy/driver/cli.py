@@ -54,6 +54,12 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "lrn": ("miopy.driver.lrn", "run", "FP32"),
     "lrnfp16": ("miopy.driver.lrn", "run", "FP16"),
     "lrnbfp16": ("miopy.driver.lrn", "run", "BF16"),
+    "layernorm": ("miopy.driver.layernorm", "run", "FP32"),
+    "layernormfp16": ("miopy.driver.layernorm", "run", "FP16"),
+    "layernormbfp16": ("miopy.driver.layernorm", "run", "BF16"),
+    "groupnorm": ("miopy.driver.groupnorm", "run", "FP32"),
+    "groupnormfp16": ("miopy.driver.groupnorm", "run", "FP16"),
+    "groupnormbfp16": ("miopy.driver.groupnorm", "run", "BF16"),
 }
 
 _INT = re.compile(r"^[+-]?[0-9]+$")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from miopy.errors import bad
 from miopy.problem.base import Problem
-from miopy.problem.nd import Dim, NdDesc
+from miopy.problem.nd import Dim, NdDesc, channels_last_strides
 from miopy.problem.passes import Pass, float_text
 from miopy.tensor import DataType, TensorDesc
 
@@ -133,6 +133,10 @@ def _x(x, dtype=None) -> NdDesc:
     raise bad("x", type(x).__name__, "expected a TensorDesc or NdDesc")
 
 
+# group norm's x layouts by rank, as its driver's -L names them
+CHANNELS_FIRST = {3: "NCW", 4: "NCHW", 5: "NCDHW"}
+CHANNELS_LAST = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
+
 _KEY = r"_(?P<dir>[FB])_m(?P<m>[01])_e(?P<e>[^_]+)_(?P<x>[0-9x,s]+)_(?P<dt>[A-Z0-9]+)$"
 
 
@@ -197,7 +201,10 @@ class LayerNormProblem(_StatNorm):
 
     def driver_args(self, solver_id: int | None = None) -> list[str]:
         sub = {"FP32": "layernorm", "FP16": "layernormfp16", "BF16": "layernormbfp16"}[self.dtype.value]
-        args = [sub, "-X", "x".join(map(str, self.x.lens)), "-o", str(self.normalized_dim)]
+        x = "x".join(map(str, self.x.lens))
+        if not self.x.packed:
+            x += "," + ",".join(map(str, self.x.strides))
+        args = [sub, "-X", x, "-o", str(self.normalized_dim)]
         args += [
             "-e",
             float_text(self.epsilon),
@@ -283,6 +290,11 @@ class GroupNormProblem(_StatNorm):
         sp = list(lens[2:])
         d, h, w = ([0, 0] + sp)[-3:] if len(sp) < 3 else sp
         args += ["-D", str(d), "-H", str(h), "-W", str(w), "-g", str(self.num_groups)]
+        if not self.x.packed:
+            if self.x.strides == channels_last_strides(lens):
+                args += ["-L", CHANNELS_LAST[len(lens)]]
+            else:
+                args += ["-L", ",".join(map(str, self.x.strides))]
         args += [
             "-e",
             float_text(self.epsilon),

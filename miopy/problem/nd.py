@@ -22,6 +22,12 @@ def row_major(lens: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def channels_last_strides(lens: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of an (N, C, spatial...) tensor stored as N, spatial..., C."""
+    c, spatial = lens[1], lens[2:]
+    return (c * math.prod(spatial), 1, *(s * c for s in row_major(spatial)))
+
+
 @dataclass(frozen=True)
 class Dim:
     """One dim of a normalisation problem as its kernels see it: length, whether it indexes the
@@ -108,4 +114,4 @@ class NdDesc:
             raise bad("key", text, "not a tensor key (e.g. 2x3x4 or 2x3x4s12,4,1)") from None
 
 
-__all__ = ["Dim", "MAX_RANK", "NdDesc", "row_major"]
+__all__ = ["Dim", "MAX_RANK", "NdDesc", "channels_last_strides", "row_major"]
