@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from miopy.errors import bad
 from miopy.problem.base import Problem
-from miopy.problem.nd import Dim, NdDesc, channels_last_strides
+from miopy.problem.nd import Dim, NdDesc, PgradGeometry, channels_last_strides
 from miopy.problem.passes import Pass, float_text
 from miopy.tensor import DataType, TensorDesc
 
@@ -182,7 +182,19 @@ class LayerNormProblem(_StatNorm):
         return dims
 
     def param_map(self):
-        return (1, self.weight_desc.element_count, 1, 0, 1)  # pd, pm, pkm, pkmul, pjd
+        """The weight index of the packed kernels (pd, pm, pkm, pkmul, pjd): element i has weight
+        (i / pd) % pm; in the reduction, element j of key k's segment (k % pkm) * pkmul + j / pjd.
+        Only for a row-major x (another dense order numbers the weights differently)."""
+        if not self.x.packed:
+            return None
+        return (1, self.weight_desc.element_count, 1, 0, 1)
+
+    def packed_pgrad(self) -> PgradGeometry | None:
+        """dweight / dbias of a row-major x: columns of (keys) rows."""
+        if not self.x.packed:
+            return None
+        p = self.weight_desc.element_count
+        return PgradGeometry("cols", p, rows=self.x.element_count // p, rstride=p, cdiv=p)
 
     def key(self) -> str:
         """``layernorm_o3_F_m1_e1e-05_100x3x32x32_FP32``."""
@@ -263,10 +275,35 @@ class GroupNormProblem(_StatNorm):
         del xs
         return dims
 
+    @property
+    def channels_last(self) -> bool:
+        """x stored N, spatial..., C (and not also row-major: a 1x1 image is both)."""
+        return not self.x.packed and self.x.strides == channels_last_strides(self.x.lens)
+
     def param_map(self):
+        """As LayerNormProblem.param_map: for an NCHW-packed or a channels-last x."""
+        n, c = self.x.lens[:2]
         hw = math.prod(self.x.lens[2:])
-        cg = self.x.lens[1] // self.num_groups
-        return (hw, self.x.lens[1], self.num_groups, cg, hw)
+        g = self.num_groups
+        cg = c // g
+        if self.x.packed:
+            return (hw, c, g, cg, hw)
+        if self.channels_last:
+            return (1, c, g, cg, 1)
+        return None
+
+    def packed_pgrad(self) -> PgradGeometry | None:
+        """dweight / dbias: per channel N segments of H*W (NCHW), or columns of N*H*W rows
+        (channels-last)."""
+        n, c = self.x.lens[:2]
+        hw = math.prod(self.x.lens[2:])
+        g = self.num_groups
+        cg = c // g
+        if self.x.packed:
+            return PgradGeometry("rows", c, S=n, L=hw, pstride=hw, sstride=c * hw, smul=g, pdiv=cg)
+        if self.channels_last:
+            return PgradGeometry("cols", c, rows=n * hw, rstride=c, rdiv=hw, rmul=g, cdiv=cg)
+        return None
 
     def key(self) -> str:
         """``groupnorm_g4_F_m0_e1e-05_32x32x14x14x14_FP32``."""

@@ -42,6 +42,28 @@ class Dim:
 
 
 @dataclass(frozen=True)
+class PgradGeometry:
+    """How a dense layer / group norm lays out the data of each weight element, for the packed
+    weight-gradient kernels. cols: element (row, col) at row * rstride + col, the weight index is
+    col < P, the key (row / rdiv) * rmul + col / cdiv. rows: weight p's elements are S segments of
+    L at p * pstride + s * sstride, the key s * smul + p / pdiv."""
+
+    kind: str
+    P: int
+    rows: int = 1
+    rstride: int = 0
+    rdiv: int = 1
+    rmul: int = 1
+    cdiv: int = 1
+    S: int = 1
+    L: int = 1
+    pstride: int = 0
+    sstride: int = 0
+    smul: int = 0
+    pdiv: int = 1
+
+
+@dataclass(frozen=True)
 class NdDesc:
     """dtype, lens (1 to 8 dims) and strides in elements (row-major when not given)."""
 
@@ -114,4 +136,4 @@ class NdDesc:
             raise bad("key", text, "not a tensor key (e.g. 2x3x4 or 2x3x4s12,4,1)") from None
 
 
-__all__ = ["Dim", "MAX_RANK", "NdDesc", "channels_last_strides", "row_major"]
+__all__ = ["Dim", "MAX_RANK", "NdDesc", "PgradGeometry", "channels_last_strides", "row_major"]

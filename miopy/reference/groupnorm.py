@@ -7,7 +7,7 @@ from miopy.reference.layernorm import norm_reference, random_buffers, reference
 
 
 def samples() -> list[GroupNormProblem]:
-    from miopy.problem.nd import NdDesc
+    from miopy.problem.nd import NdDesc, channels_last_strides
 
     out = []
     for d in "FB":
@@ -15,6 +15,13 @@ def samples() -> list[GroupNormProblem]:
         out.append(GroupNormProblem(NdDesc("fp16", (3, 6, 2, 2, 3)), 3, 1e-5, 0, d))
         out.append(GroupNormProblem(NdDesc("bf16", (2, 8, 7)), 2, 1e-5, 1, d))
         out.append(GroupNormProblem(NdDesc("fp32", (2, 4, 3, 3), (80, 18, 6, 2)), 2, 1e-5, 1, d))
+        # channels-last (the packed NHWC path) and a 3-D one
+        out.append(
+            GroupNormProblem(NdDesc("fp16", (3, 8, 4, 5), channels_last_strides((3, 8, 4, 5))), 2, 1e-5, 1, d)
+        )
+        out.append(
+            GroupNormProblem(NdDesc("fp32", (2, 12, 7), channels_last_strides((2, 12, 7))), 3, 1e-5, 1, d)
+        )
     return out
 
 

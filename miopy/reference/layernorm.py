@@ -98,6 +98,8 @@ def samples() -> list[LayerNormProblem]:
         out.append(LayerNormProblem(NdDesc("fp16", (6, 40)), 1, 1e-5, 0, d))
         out.append(LayerNormProblem(NdDesc("bf16", (3, 16)), 0, 1e-5, 1, d))
         out.append(LayerNormProblem(NdDesc("fp32", (3, 4, 5), (40, 10, 2)), 1, 1e-5, 1, d))
+        # dense, but the normalised dims in another memory order (weights numbered differently)
+        out.append(LayerNormProblem(NdDesc("fp32", (2, 3, 4), (12, 1, 3)), 1, 1e-5, 1, d))
     return out
 
 

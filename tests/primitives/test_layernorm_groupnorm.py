@@ -61,3 +61,52 @@ def test_large_mean(ocl, primitive):
             for role, w in want.items():
                 err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
                 assert err < 1e-5, f"{solver.name} {p.key()} {role}: {err}"
+
+
+def _kernels(handle, problem, solver_name):
+    solver = next(s for s in SOLVERS[problem.primitive] if s.name == solver_name)
+    reason = solver.is_applicable(handle, problem)
+    if reason is not None:
+        return reason
+    return [step.spec.name for step in solver.get_program(handle, problem).steps]
+
+
+def test_packed_paths(ocl):
+    """Channels-last group norm runs the packed kernels; packed backward with weights sums the
+    weight gradients on the packed kernels; a dense layer norm whose normalised dims lie in
+    another order (weights numbered otherwise) is left to the strided solver."""
+    from miopy.problem.nd import channels_last_strides
+
+    lens = (2, 8, 3, 5)
+    nhwc = NdDesc("fp16", lens, channels_last_strides(lens))
+    fwd = _kernels(ocl, GroupNormProblem(nhwc, 4, 1e-5, 1, "F"), "GroupNormFwdPacked")
+    assert fwd == ["norm_reduce_rows", "norm_finalize", "norm_fwd_packed"]
+    bwd = _kernels(ocl, GroupNormProblem(nhwc, 4, 1e-5, 1, "B"), "GroupNormBwdPacked")
+    assert bwd[-2:] == ["norm_pgrad_cols", "norm_pgrad_finish"]
+    nchw = _kernels(ocl, GroupNormProblem(NdDesc("fp32", lens), 4, 1e-5, 1, "B"), "GroupNormBwdPacked")
+    assert nchw[-2:] == ["norm_pgrad_rows", "norm_pgrad_finish"]
+    ln = _kernels(ocl, LayerNormProblem(NdDesc("fp32", (6, 40)), 1, 1e-5, 1, "B"), "LayerNormBwdPacked")
+    assert ln[-2:] == ["norm_pgrad_cols", "norm_pgrad_finish"]
+    odd = LayerNormProblem(NdDesc("fp32", (2, 3, 4), (12, 1, 3)), 1, 1e-5, 1, "B")
+    assert "weights" in _kernels(ocl, odd, "LayerNormBwdPacked")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_groupnorm_many_chunks(ocl, layout):
+    """Enough data per group and per channel that the reductions split into several chunks."""
+    from miopy.problem.nd import channels_last_strides
+
+    lens = (3, 16, 24, 24)
+    x = NdDesc("fp32", lens, channels_last_strides(lens) if layout == "NHWC" else None)
+    rng = np.random.default_rng(8)
+    for d in "FB":
+        p = GroupNormProblem(x, 4, 1e-5, 1, d)
+        solver = next(s for s in SOLVERS["groupnorm"] if s.name.endswith("Packed") and s.kind == p.norm_kind)
+        assert solver.is_applicable(ocl, p) is None
+        bufs = ref.random_buffers(p, rng, offset=10.0)
+        want = ref.reference(p, bufs)
+        make_solution(ocl, p, solver).run(ocl, bufs)
+        t = p.tensors()
+        for role, w in want.items():
+            err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+            assert err < 1e-5, f"{p.key()} {role}: {err}"

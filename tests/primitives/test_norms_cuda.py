@@ -1,6 +1,7 @@
-"""Batch norm on a CUDA GPU against the NumPy reference: the vectorised rows / columns kernels at
-ResNet-like shapes (several chunks per key), large means, and base pointers that are not 16-byte
-aligned (which must fall back to scalar access)."""
+"""The norm kernels on a CUDA GPU against the NumPy reference: batch norm's vectorised rows /
+columns kernels at ResNet-like shapes (several chunks per key), large means, base pointers that
+are not 16-byte aligned (which must fall back to scalar access); layer norm at BERT-like rows and
+group norm NCHW and NHWC, forward and backward with weight gradients."""
 
 from __future__ import annotations
 
@@ -105,3 +106,54 @@ def test_misaligned_views_fall_back(cuda):
         for d in ("T", "B"):
             p = BatchNormProblem("SPATIAL", d, x, save=False, running=False)
             assert _check(cuda, p, rng, misalign=True) == 2
+
+
+def _check_ln(handle, problem, rng, offset=0.0):
+    """Every applicable layer / group norm solver against the reference (rms_range as the
+    driver's thresholds; weight gradients also allow their sum's rounding)."""
+    from miopy.reference import layernorm as lref
+
+    ran = 0
+    for solver in SOLVERS[problem.primitive]:
+        if solver.is_applicable(handle, problem) is not None:
+            continue
+        bufs = lref.random_buffers(problem, rng, offset)
+        want = lref.reference(problem, bufs)
+        make_solution(handle, problem, solver).run(handle, bufs)
+        t = problem.tensors()
+        for role, w in want.items():
+            got = from_storage(view(bufs[role], t[role]), t[role].dtype)
+            terms = problem.x.element_count // problem.weight_desc.element_count
+            limit = TOL[t[role].dtype.value]
+            if role in ("dweight", "dbias"):
+                limit = max(limit, 2 * 2.0**-24 * terms**0.5)
+            err = rms_range(got, w)
+            assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
+        ran += 1
+    return ran
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32", "bf16"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_layernorm_bert_rows(cuda, dtype, direction):
+    from miopy.problem.layernorm import LayerNormProblem
+    from miopy.problem.nd import NdDesc
+
+    rng = np.random.default_rng(3)
+    p = LayerNormProblem(NdDesc(dtype, (4, 128, 768)), 2, 1e-5, 1, direction)
+    assert _check_ln(cuda, p, rng) == 2
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_groupnorm_both_layouts(cuda, dtype, layout, direction):
+    from miopy.problem.layernorm import GroupNormProblem
+    from miopy.problem.nd import NdDesc, channels_last_strides
+
+    rng = np.random.default_rng(4)
+    lens = (4, 64, 14, 14)
+    strides = channels_last_strides(lens) if layout == "NHWC" else None
+    p = GroupNormProblem(NdDesc(dtype, lens, strides), 32, 1e-5, 1, direction)
+    assert _check_ln(cuda, p, rng) == 2
+    assert _check_ln(cuda, p, rng, offset=100.0) == 2

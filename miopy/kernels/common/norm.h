@@ -23,8 +23,10 @@
    reduction (unused dims have length 1); every tensor has its own 8 strides (0 where it does not
    vary), so any layout or strides work. Packed kernels (norm_*_rows, norm_*_cols, norm_*_packed)
    take dense tensors: rows when the reduction is contiguous in memory (NCHW batch norm, layer
-   norm, NCHW group norm), columns when the key is (NHWC or per-activation batch norm), with
-   16-byte vector access where NORM_VW == VEC.
+   norm, NCHW group norm; NHWC group norm as segments of a group's channels, its key split in an
+   outer and an inner part), columns when the key is (NHWC or per-activation batch norm), with
+   16-byte vector access where NORM_VW == VEC. Packed weight gradients (norm_pgrad_cols / _rows)
+   write partial sums per chunk that norm_pgrad_finish adds up.
 
    NORM_PTYPE: the type of scale / bias / statistics (0 fp32, 1 fp16, 2 bf16); the data (x, y,
    dy, dx) have MIOPY_DTYPE. Accumulation is fp32. */
@@ -99,6 +101,9 @@ typedef u16 param_t;
 #define NORM_ID_norm_pgrad_generic 7
 #define NORM_ID_norm_fwd_packed 8
 #define NORM_ID_norm_bwd_packed 9
+#define NORM_ID_norm_pgrad_cols 10
+#define NORM_ID_norm_pgrad_rows 11
+#define NORM_ID_norm_pgrad_finish 12
 #ifdef NORM_ONLY
 #define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
 #else
@@ -208,14 +213,15 @@ KERNEL void norm_reduce_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL da
 }
 #endif
 
-/* Packed, reduction contiguous: key k holds S segments of L elements at x + k*kstride +
-   s*sstride. Units (key, chunk) split the S*L elements; chunk is a multiple of NORM_VW, and so are
-   L, kstride and sstride when NORM_VW > 1. Weighted: p = (k % pkm) * pkmul + j / pjd. */
+/* Packed, reduction contiguous: key k holds S segments of L elements at x + (k / klo) * khi +
+   (k % klo) * kstride + s*sstride (klo = K, khi = 0 when the key is one block). Units (key, chunk)
+   split the S*L elements; chunk is a multiple of NORM_VW, and so are L, kstride, khi and sstride
+   when NORM_VW > 1. Weighted: p = (k % pkm) * pkmul + j / pjd. */
 #if NORM_WANT(norm_reduce_rows)
 KERNEL void norm_reduce_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
                              const GLOBAL param_t* RESTRICT w, GLOBAL float* RESTRICT ws, i64 part, i64 K,
                              i64 S, i64 L, i64 kstride, i64 sstride, i64 chunk, i64 nchunks, int flags,
-                             i64 pkm, i64 pkmul, i64 pjd)
+                             i64 pkm, i64 pkmul, i64 pjd, i64 klo, i64 khi)
 {
     LOCAL float sh[4 * NORM_LOCAL];
     const int lid = LOCAL_ID0;
@@ -224,7 +230,7 @@ KERNEL void norm_reduce_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
     for(i64 u = GROUP_ID0; u < K * nchunks; u += NUM_GROUPS0)
     {
         const i64 k = u / nchunks, c = u % nchunks;
-        const i64 base = k * kstride;
+        const i64 base = (k / klo) * khi + (k % klo) * kstride;
         const float shift = LOAD(x, base);
         float s1 = 0.0f, s2 = 0.0f, g1 = 0.0f, g2 = 0.0f;
         const i64 q1 = (c + 1) * chunk < total ? (c + 1) * chunk : total;
@@ -525,8 +531,121 @@ KERNEL void norm_pgrad_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
 }
 #endif
 
-/* Packed apply: x, y (dy, dx) dense with the same strides; element i has key (i / kd) % km and
-   weight index (i / pd) % pm. NORM_VW elements per step (16-byte access when aligned). */
+/* Packed weight gradients, weight index contiguous in memory: element (row, col) at
+   row * rstride + col, col < P the weight index, key (row / rdiv) * rmul + col / cdiv (layer norm:
+   rdiv = 1, rmul = 1, cdiv = P; NHWC group norm: rdiv = H*W, rmul = G, cdiv = C/G). A work-group
+   of NORM_CX x NORM_CY covers NORM_CX columns and the rows of chunk GROUP_ID1; partial sums of
+   dy * xhat and dy go to ws[part + (chunk * 2 + s) * P + col]. */
+#if NORM_WANT(norm_pgrad_cols)
+KERNEL void norm_pgrad_cols(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                            GLOBAL float* RESTRICT ws, i64 part, i64 coef, i64 K, i64 P, i64 rows,
+                            i64 rstride, i64 rows_per_chunk, i64 rdiv, i64 rmul, i64 cdiv)
+{
+    LOCAL float sh[2 * NORM_CY * NORM_CX];
+    const int lx = LOCAL_ID0, ly = LOCAL_ID1;
+    const i64 c = GROUP_ID1;
+    const i64 col = (i64)GROUP_ID0 * NORM_CX + lx;
+    const int live = col < P;
+    const i64 kc = live ? col / cdiv : 0;
+    const i64 r0 = c * rows_per_chunk;
+    const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float a = 0.0f, b = 0.0f;
+    if(live && r0 + ly < r1)
+    {
+        i64 rq = (r0 + ly) / rdiv, rr = (r0 + ly) % rdiv;
+        for(i64 row = r0 + ly; row < r1; row += NORM_CY)
+        {
+            const i64 k = rq * rmul + kc;
+            const i64 off = row * rstride + col;
+            const float g = LOAD(dy, off);
+            const float xh =
+                ((LOAD(x, off) - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + 5 * K + k];
+            a += g * xh;
+            b += g;
+            rr += NORM_CY;
+            while(rr >= rdiv)
+            {
+                rr -= rdiv;
+                ++rq;
+            }
+        }
+    }
+    sh[ly * NORM_CX + lx] = a;
+    sh[(NORM_CY + ly) * NORM_CX + lx] = b;
+    BARRIER();
+    if(ly < 2 && live)
+    {
+        float t = 0.0f;
+        for(int y = 0; y < NORM_CY; ++y)
+            t += sh[(ly * NORM_CY + y) * NORM_CX + lx];
+        ws[part + (c * 2 + ly) * P + col] = t;
+    }
+}
+#endif
+
+/* Packed weight gradients, weight index outermost of its data: weight p's elements are S
+   segments of L contiguous elements at p * pstride + s * sstride (NCHW group norm: S = N,
+   L = H*W, pstride = H*W, sstride = C*H*W), key s * smul + p / pdiv. Units (p, chunk) split the
+   S*L elements; partial sums as norm_pgrad_cols. */
+#if NORM_WANT(norm_pgrad_rows)
+KERNEL void norm_pgrad_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                            GLOBAL float* RESTRICT ws, i64 part, i64 coef, i64 K, i64 P, i64 S, i64 L,
+                            i64 pstride, i64 sstride, i64 chunk, i64 nchunks, i64 smul, i64 pdiv)
+{
+    LOCAL float sh[4 * NORM_LOCAL];
+    const int lid = LOCAL_ID0;
+    const i64 total = S * L;
+    for(i64 u = GROUP_ID0; u < P * nchunks; u += NUM_GROUPS0)
+    {
+        const i64 p = u / nchunks, c = u % nchunks;
+        const i64 kp = p / pdiv;
+        float a = 0.0f, b = 0.0f;
+        const i64 q1 = (c + 1) * chunk < total ? (c + 1) * chunk : total;
+        for(i64 q = c * chunk + lid; q < q1; q += NORM_LOCAL)
+        {
+            const i64 s = q / L, j = q - s * L;
+            const i64 k = s * smul + kp;
+            const i64 off = p * pstride + s * sstride + j;
+            const float g = LOAD(dy, off);
+            const float xh =
+                ((LOAD(x, off) - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + 5 * K + k];
+            a += g * xh;
+            b += g;
+        }
+        sh[lid] = a;
+        sh[NORM_LOCAL + lid] = b;
+        sh[2 * NORM_LOCAL + lid] = 0.0f;
+        sh[3 * NORM_LOCAL + lid] = 0.0f;
+        BARRIER();
+        NORM_TREE4(sh, lid)
+        if(lid < 2) ws[part + (c * 2 + lid) * P + p] = sh[lid * NORM_LOCAL];
+        BARRIER();
+    }
+}
+#endif
+
+/* dw[p], db[p] (dense) from the partial sums of nchunks chunks, in a fixed order. */
+#if NORM_WANT(norm_pgrad_finish)
+KERNEL void norm_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* RESTRICT dw,
+                              GLOBAL param_t* RESTRICT db, i64 part, i64 P, i64 nchunks)
+{
+    for(i64 p = GLOBAL_ID0; p < P; p += GLOBAL_SIZE0)
+    {
+        float a = 0.0f, b = 0.0f;
+        for(i64 c = 0; c < nchunks; ++c)
+        {
+            a += ws[part + (c * 2) * P + p];
+            b += ws[part + (c * 2 + 1) * P + p];
+        }
+        PSTORE(dw, p, a);
+        PSTORE(db, p, b);
+    }
+}
+#endif
+
+/* Packed apply: x, y (dy, dx) dense with the same strides; element i has key
+   (i / kd) % km + (i / kd2) * kmul2 and weight index (i / pd) % pm. NORM_VW elements per step
+   (16-byte access when aligned). */
 #define NORM_NEXT(idx, rem, d, m)                                                                  \
     if(++rem == d)                                                                                 \
     {                                                                                              \
@@ -538,13 +657,14 @@ KERNEL void norm_pgrad_generic(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
 KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
                             const GLOBAL float* RESTRICT ws, const GLOBAL param_t* RESTRICT w,
                             const GLOBAL param_t* RESTRICT b, i64 coef, i64 K, i64 n, i64 kd, i64 km,
-                            i64 pd, i64 pm, int affine)
+                            i64 pd, i64 pm, int affine, i64 kd2, i64 kmul2)
 {
     const int vec_ok = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(y);
     const i64 step = vec_ok ? NORM_VW : 1;
     for(i64 i0 = GLOBAL_ID0 * step; i0 < n; i0 += GLOBAL_SIZE0 * step)
     {
-        i64 kr = i0 % kd, k = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
+        i64 kr = i0 % kd, k1 = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
+        i64 r2 = i0 % kd2, k2 = i0 / kd2;
         const int cnt = (int)(n - i0 < step ? n - i0 : step);
         float v[NORM_VW];
 #if NORM_VW > 1
@@ -556,11 +676,17 @@ KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
                 v[e] = LOAD(x, i0 + e);
         for(int e = 0; e < cnt; ++e)
         {
+            const i64 k = k1 + k2 * kmul2;
             float t = ((v[e] - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + k] + ws[coef + 2 * K + k];
             if(affine) t = t * PLOAD(w, p) + PLOAD(b, p);
             v[e] = t;
-            NORM_NEXT(k, kr, kd, km)
+            NORM_NEXT(k1, kr, kd, km)
             NORM_NEXT(p, pr, pd, pm)
+            if(++r2 == kd2)
+            {
+                r2 = 0;
+                ++k2;
+            }
         }
 #if NORM_VW > 1
         if(cnt == NORM_VW && vec_ok)
@@ -577,13 +703,14 @@ KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
 KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
                             GLOBAL data_t* RESTRICT dx, const GLOBAL float* RESTRICT ws,
                             const GLOBAL param_t* RESTRICT w, i64 coef, i64 K, i64 n, i64 kd, i64 km,
-                            i64 pd, i64 pm, int affine)
+                            i64 pd, i64 pm, int affine, i64 kd2, i64 kmul2)
 {
     const int vec_ok = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(dy) && ALIGNED16(dx);
     const i64 step = vec_ok ? NORM_VW : 1;
     for(i64 i0 = GLOBAL_ID0 * step; i0 < n; i0 += GLOBAL_SIZE0 * step)
     {
-        i64 kr = i0 % kd, k = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
+        i64 kr = i0 % kd, k1 = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
+        i64 r2 = i0 % kd2, k2 = i0 / kd2;
         const int cnt = (int)(n - i0 < step ? n - i0 : step);
         float v[NORM_VW], g[NORM_VW];
 #if NORM_VW > 1
@@ -601,12 +728,18 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
             }
         for(int e = 0; e < cnt; ++e)
         {
+            const i64 k = k1 + k2 * kmul2;
             float ge = g[e];
             if(affine) ge *= PLOAD(w, p);
             const float xc = (v[e] - ws[coef + K + k]) - ws[coef + 3 * K + k];
             v[e] = ge * ws[coef + k] + xc * ws[coef + 4 * K + k] + ws[coef + 2 * K + k];
-            NORM_NEXT(k, kr, kd, km)
+            NORM_NEXT(k1, kr, kd, km)
             NORM_NEXT(p, pr, pd, pm)
+            if(++r2 == kd2)
+            {
+                r2 = 0;
+                ++k2;
+            }
         }
 #if NORM_VW > 1
         if(cnt == NORM_VW && vec_ok)

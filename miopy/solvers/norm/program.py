@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from miopy.problem.nd import Dim
+from miopy.problem.nd import Dim, PgradGeometry
 from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
 from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d
 from miopy.solvers.norm.view import PackedGeometry, packed_geometry, view8, with_key_index
@@ -29,6 +29,9 @@ KERNEL_IDS = {
     "norm_pgrad_generic": 7,
     "norm_fwd_packed": 8,
     "norm_bwd_packed": 9,
+    "norm_pgrad_cols": 10,
+    "norm_pgrad_rows": 11,
+    "norm_pgrad_finish": 12,
 }
 VEC_BYTES = 16
 CX, CY = 32, 8  # NORM_CX, NORM_CY
@@ -128,6 +131,7 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         elif geo is not None:
             step = VEC_BYTES // dtype.itemsize
             ok = geo.L % step == 0 and geo.kstride % step == 0 and geo.sstride % step == 0
+            ok = ok and geo.khi % step == 0
             vw = _vw(ctx, dtype, ok)
             nchunks = _chunks(ctx, geo.K, geo.S * geo.L, vw)
             chunk = -(-(geo.S * geo.L) // nchunks)
@@ -138,6 +142,7 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
             args = (Tensor("x"), t("dy" if backward else None), weight, ws, np.int64(0), np.int64(geo.K))
             args += tuple(np.int64(v) for v in (geo.S, geo.L, geo.kstride, geo.sstride, chunk, nchunks))
             args += (np.int32(flags), np.int64(pkm), np.int64(pkmul), np.int64(pjd))
+            args += (np.int64(geo.klo or geo.K), np.int64(geo.khi))
             steps.append(Launch(spec, args))
         else:
             nchunks = _chunks(ctx, K, R, 1)
@@ -170,6 +175,7 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         vw = _vw(ctx, dtype, True)
         gs, ls = grid_1d(-(-geo.n // vw))
         tail = tuple(np.int64(v) for v in (coef, K, geo.n, geo.kd, geo.km, pd, pm)) + (affine,)
+        tail += (np.int64(geo.kd2 or geo.n), np.int64(geo.kmul2))
         if backward:
             spec = _spec("norm_bwd_packed", problem, vw, gs, ls)
             steps.append(Launch(spec, (Tensor("x"), Tensor("dy"), Tensor("dx"), ws, weight, *tail)))
@@ -190,7 +196,12 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
             args += (*view.stride_args("y"), *view.stride_args("param"))
         steps.append(Launch(spec, args))
 
-    if kind == "ln_bwd" and problem.affine and "dweight" in problem.tensors():
+    pgrad = getattr(problem, "packed_pgrad", lambda: None)() if packed else None
+    if kind == "ln_bwd" and problem.affine and pgrad is not None:
+        part = workspace // 4
+        steps += _packed_pgrad(ctx, problem, pgrad, part, coef, K)
+        workspace += 2 * pgrad.P * _pgrad_chunks(ctx, pgrad) * 4
+    elif kind == "ln_bwd" and problem.affine and "dweight" in problem.tensors():
         pdims = [Dim(d.length, d.stride("param") != 0, d.strides) for d in dims]
         pview = view8(pdims, ("x", "dy", "k", "param"), "weight.lens")
         P, PR = pview.K, pview.R
@@ -200,6 +211,37 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         args += (*pview.stride_args("dy"), *pview.stride_args("k"), *pview.stride_args("param"))
         steps.append(Launch(spec, args))
     return Program(tuple(steps), workspace)
+
+
+def _pgrad_chunks(ctx, g: PgradGeometry) -> int:
+    """Chunks of the packed weight-gradient reduction: enough work-groups to fill the device."""
+    cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    if g.kind == "cols":
+        groups = -(-g.P // CX)
+        return int(max(1, min(-(-cus * 4 // groups), g.rows // (CY * 8), 1024)))
+    return _chunks(ctx, g.P, g.S * g.L, 1)
+
+
+def _packed_pgrad(ctx, problem, g: PgradGeometry, part: int, coef: int, K: int) -> list[Launch]:
+    """dweight, dbias of a packed layer / group norm: partial sums per chunk, then their sum."""
+    nchunks = _pgrad_chunks(ctx, g)
+    common = (Tensor("x"), Tensor("dy"), Workspace(), np.int64(part), np.int64(coef), np.int64(K))
+    if g.kind == "cols":
+        rpc = -(-g.rows // nchunks)
+        nchunks = -(-g.rows // rpc)
+        spec = _spec("norm_pgrad_cols", problem, 1, (-(-g.P // CX) * CX, nchunks * CY), (CX, CY))
+        args = (*common, *(np.int64(v) for v in (g.P, g.rows, g.rstride, rpc, g.rdiv, g.rmul, g.cdiv)))
+    else:
+        chunk = -(-(g.S * g.L) // nchunks)
+        nchunks = -(-(g.S * g.L) // chunk)
+        spec = _spec("norm_pgrad_rows", problem, 1, *_groups(g.P * nchunks))
+        args = (*common, *(np.int64(v) for v in (g.P, g.S, g.L, g.pstride, g.sstride, chunk, nchunks)))
+        args += (np.int64(g.smul), np.int64(g.pdiv))
+    gs, ls = grid_1d(g.P)
+    finish = _spec("norm_pgrad_finish", problem, 1, gs, ls)
+    fargs = (Workspace(), Tensor("dweight"), Tensor("dbias"), np.int64(part), np.int64(g.P))
+    fargs += (np.int64(nchunks),)
+    return [Launch(spec, args), Launch(finish, fargs)]
 
 
 def packed_reason(problem: NormProblem) -> str | None:

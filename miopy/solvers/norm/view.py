@@ -91,8 +91,9 @@ def view8(dims: list[Dim], roles: tuple[str, ...], what: str = "x.lens") -> View
 @dataclass(frozen=True)
 class PackedGeometry:
     """Numbers of the dense kernels. rows: key k's data are S segments of L contiguous elements
-    at k*kstride + s*sstride; cols: x[row * rstride + k]. Apply: key of element i is
-    (i / kd) % km."""
+    at (k / klo) * khi + (k % klo) * kstride + s*sstride (a key of two dims: an outermost one of
+    stride khi and an inner one of klo keys; klo = K and khi = 0 for a key of one block); cols:
+    x[row * rstride + k]. Apply: key of element i is (i / kd) % km + (i / kd2) * kmul2."""
 
     kind: str
     K: int
@@ -105,6 +106,10 @@ class PackedGeometry:
     rstride: int = 0
     kd: int = 1
     km: int = 1
+    klo: int = 0  # 0: K
+    khi: int = 0
+    kd2: int = 0  # 0: n
+    kmul2: int = 0
 
 
 def packed_geometry(dims: list[Dim], data_roles: tuple[str, ...]) -> PackedGeometry | str:
@@ -122,6 +127,27 @@ def packed_geometry(dims: list[Dim], data_roles: tuple[str, ...]) -> PackedGeome
         return "more than 2^31 elements"
     key, red = ordered(dims, ("x",))
     K = math.prod(d.length for d in key)
+    if len(key) == 2 and red and red[-1].stride("x") == 1 and len(red) <= 2:
+        # an outer key dim around everything (N of NHWC group norm) and an inner one (its groups)
+        hi, lo = key
+        if hi.stride("x") * hi.length != n or any(d.stride("x") > hi.stride("x") for d in red):
+            return "the key dims are not one block of memory"
+        S, sstride = (red[0].length, red[0].stride("x")) if len(red) == 2 else (1, 0)
+        return PackedGeometry(
+            "rows",
+            K,
+            n,
+            S=S,
+            L=red[-1].length,
+            kstride=lo.stride("x"),
+            sstride=sstride,
+            kd=lo.stride("x"),
+            km=lo.length,
+            klo=lo.length,
+            khi=hi.stride("x"),
+            kd2=hi.stride("x"),
+            kmul2=lo.length,
+        )
     if len(key) > 1:
         return "the key dims are not one block of memory"
     if not red:
