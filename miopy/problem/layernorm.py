@@ -128,9 +128,11 @@ class _StatNorm(Problem):
 
 
 def _x(x, dtype=None) -> NdDesc:
-    if isinstance(x, TensorDesc | NdDesc):
-        return NdDesc.of(x)
-    raise bad("x", type(x).__name__, "expected a TensorDesc or NdDesc")
+    if not isinstance(x, TensorDesc | NdDesc):
+        raise bad("x", type(x).__name__, "expected a TensorDesc or NdDesc")
+    if x.dtype not in (DataType.FP32, DataType.FP16, DataType.BF16):
+        raise bad("dtype", x.dtype.value, "layer and group norm take fp32, fp16 or bf16")
+    return NdDesc.of(x)
 
 
 # group norm's x layouts by rank, as its driver's -L names them

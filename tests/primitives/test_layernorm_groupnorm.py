@@ -34,6 +34,8 @@ def test_keys_round_trip():
         (lambda: GroupNormProblem(NdDesc("fp32", (2, 6, 3)), 4), "num_groups"),
         (lambda: GroupNormProblem(NdDesc("fp32", (2, 6)), 3), "x.lens"),
         (lambda: LayerNormProblem("x", 1), "x"),
+        (lambda: LayerNormProblem(NdDesc("fp64", (2, 3)), 1), "dtype"),
+        (lambda: GroupNormProblem(NdDesc("int32", (2, 4, 3)), 2), "dtype"),
     ],
 )
 def test_errors_name_the_field(make, field):
