@@ -1,0 +1,119 @@
+"""benchmarks/timing.py's arithmetic and call order, on a simulated device clock."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import timing  # noqa: E402
+
+
+class FakeClock:
+    """A device whose clock advances only by what is enqueued: each call costs what ``cost`` says,
+    a flush costs ``flush_us``; events read the clock when they are marked."""
+
+    def __init__(self, flush_us: float = 0.0) -> None:
+        self.now_us = 0.0
+        self.flush_us = flush_us
+        self.log: list[str] = []
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+
+    def sleep(self, cycles: int) -> None:
+        self.log.append(f"sleep {cycles}")
+        self.now_us += cycles / 1000.0
+
+    def mark(self) -> float:
+        return self.now_us
+
+    def wait(self, event: float) -> None:
+        assert event <= self.now_us
+
+    def elapsed_ms(self, start: float, end: float) -> float:
+        return (end - start) / 1000.0
+
+    def flush_l2(self) -> None:
+        self.log.append("flush")
+        self.now_us += self.flush_us
+
+    def launch(self, name: str, us: float):
+        def fn():
+            self.log.append(name)
+            self.now_us += us
+
+        return fn
+
+    def copy_pair(self, nbytes: int):
+        return self.launch("copy", nbytes / 2000.0)  # 2000 bytes per µs each way
+
+
+def test_timer_warms_up_then_cycles_through_the_calls():
+    clock = FakeClock()
+    timer = timing.Timer(iters=5, reps=2, sleep_cycles=7, clock=clock)
+    us = timer([clock.launch("a", 1.0), clock.launch("b", 3.0)])
+    loop = ["sleep 7", "a", "b", "a", "b", "a"]
+    assert clock.log == ["a", "b", "sync", *loop, *loop]
+    assert us == pytest.approx((3 * 1.0 + 2 * 3.0) / 5)
+
+
+def test_timer_iters_override_and_median_of_reps():
+    clock = FakeClock()
+    costs = iter([10.0, 1.0, 2.0, 100.0])  # warm-up, then one cost per loop of one launch
+
+    def varying():
+        clock.now_us += next(costs)
+
+    timer = timing.Timer(iters=50, reps=3, sleep_cycles=0, clock=clock)
+    assert timer([varying], iters=1) == pytest.approx(2.0)
+
+
+def test_flush_is_outside_the_timed_launches():
+    clock = FakeClock(flush_us=1000.0)
+    timer = timing.Timer(iters=4, reps=1, sleep_cycles=0, flush_l2=True, clock=clock)
+    assert timer([clock.launch("a", 2.0)]) == pytest.approx(2.0)
+    assert clock.log[3:] == ["flush", "a"] * 4
+
+
+def test_copy_rate_counts_read_and_write():
+    clock = FakeClock()
+    timer = timing.Timer(iters=3, reps=1, sleep_cycles=0, clock=clock)
+    nbytes = 1 << 20
+    assert timer.copy_rate(nbytes) == pytest.approx(2 * nbytes / (nbytes / 2000.0))
+    assert clock.log.count("copy") == timing.copy_buffers(nbytes) + 3
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "most", "want"),
+    [(1, 16, 16), (timing.L2_BYTES, 16, 2), (timing.L2_BYTES // 3, 16, 6), (10 * timing.L2_BYTES, 16, 2)],
+)
+def test_n_sets(nbytes, most, want):
+    assert timing.n_sets(nbytes, most) == want
+
+
+def test_copy_buffers_bounds():
+    assert timing.copy_buffers(1 << 30) == 2
+    assert timing.copy_buffers(1 << 10) == timing.COPY_BUFFERS_MOST
+    assert timing.copy_buffers(2 << 20) == math.ceil(2 * timing.L2_BYTES / (2 << 20))
+
+
+def test_runs_for():
+    assert timing.runs_for(10.0, 1.0) == 10
+    assert timing.runs_for(10.0, 100.0) == 5
+    assert timing.runs_for(10.0, 0.0) == 100
+
+
+def test_best_interleaved_alternates_and_keeps_the_best():
+    calls = []
+    times = {"m": iter([3.0, 2.0]), "t": iter([1.0, 4.0])}
+
+    def measure(fn):
+        calls.append(fn)
+        return next(times[fn])
+
+    assert timing.best_interleaved(measure, {"m": "m", "t": "t"}) == {"m": 2.0, "t": 1.0}
+    assert calls == ["m", "t", "m", "t"]
