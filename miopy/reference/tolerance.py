@@ -15,6 +15,10 @@ The error measure is MIOpen's ``rms_range``: ||got - ref||_2 / (sqrt(n) * max|re
   filter fp32 allows 1.9e-5 where the observed error is about 5e-6.
 - backward weights doubles it (MIOpen's rule: its sums are the longest); a solver may declare a
   documented ``tolerance_factor`` (on the solver or in ``solution.extra``).
+
+The same length rule serves every primitive that sums (``accumulation_tolerance``): a reduction
+sums ``reduce_length()`` elements into each output (``reduce_tolerance``); fp64 accumulates in
+fp64, whose unit roundoff is 2**-53.
 """
 
 from __future__ import annotations
@@ -27,6 +31,15 @@ from miopy.tensor import DataType
 
 BASE = {DataType.FP32: 1.5e-6, DataType.FP16: 8.2e-3, DataType.BF16: 8.2e-3 * 8, DataType.FP64: 1e-12}
 FP32_ROUNDOFF = 2.0**-24
+FP64_ROUNDOFF = 2.0**-53
+
+
+def accumulation_tolerance(dtype: DataType, length: int, base: float | None = None) -> float:
+    """max(base, roundoff * sqrt(length)): ``base`` (default BASE[dtype]) covers the rounding of
+    stored values, the second term a sum of ``length`` terms in the accumulator's precision."""
+    dtype = DataType.parse(dtype)
+    roundoff = FP64_ROUNDOFF if dtype is DataType.FP64 else FP32_ROUNDOFF
+    return max(BASE[dtype] if base is None else base, roundoff * math.sqrt(max(int(length), 1)))
 
 
 def reduction_length(problem: ConvProblem) -> int:
@@ -43,7 +56,7 @@ def reduction_length(problem: ConvProblem) -> int:
 
 def tolerance(problem: ConvProblem, solution: Any = None) -> float:
     """The largest rms_range error that verifies ``problem`` (run by ``solution``, if given)."""
-    tol = max(BASE[problem.dtype], FP32_ROUNDOFF * math.sqrt(reduction_length(problem)))
+    tol = accumulation_tolerance(problem.dtype, reduction_length(problem))
     if problem.direction is Direction.BACKWARD_WEIGHTS:
         tol *= 2
     if solution is not None:
@@ -54,4 +67,9 @@ def tolerance(problem: ConvProblem, solution: Any = None) -> float:
     return tol
 
 
-__all__ = ["BASE", "reduction_length", "tolerance"]
+def reduce_tolerance(problem: Any, base: float | None = None) -> float:
+    """The rule for a reduction (a ReduceProblem): each output sums ``reduce_length()`` inputs."""
+    return accumulation_tolerance(problem.dtype, problem.reduce_length(), base)
+
+
+__all__ = ["BASE", "accumulation_tolerance", "reduce_tolerance", "reduction_length", "tolerance"]

@@ -17,7 +17,7 @@ from miopy.reference import lrn as lref
 from miopy.reference import reduce as rref
 from miopy.reference import softmax as sref
 from miopy.reference import tensorop as tref
-from miopy.reference.tolerance import BASE
+from miopy.reference.tolerance import BASE, reduce_tolerance
 from miopy.tensor import DataType, TensorDesc
 
 _WHY = backends.unavailable_reason("cuda")
@@ -64,12 +64,13 @@ def test_tensorop_resnet_shapes(cuda, dtype, layout):
 def test_reductions(cuda, dtype):
     x = TensorDesc(dtype, (8, 64, 28, 28), layout="NHWC")
     y = TensorDesc(dtype, (8, 64, 28, 28))
-    tol = 1e-12 if dtype == "fp64" else BASE[x.dtype] * 4
     for desc, dims in ((y, (2, 3)), (x, (1,)), (x, (0, 2, 3)), (y, (0,)), (y, (0, 1, 2, 3))):
         for op in ("add", "avg", "norm2"):
-            run_all(cuda, ReduceProblem(op, desc, dims), rref, tol, rng=np.random.default_rng(1))
+            p = ReduceProblem(op, desc, dims)
+            run_all(cuda, p, rref, reduce_tolerance(p), rng=np.random.default_rng(1))
         for op in ("max", "amax", "min"):
-            run_all(cuda, ReduceProblem(op, desc, dims, True), rref, tol, rng=np.random.default_rng(2))
+            p = ReduceProblem(op, desc, dims, True)
+            run_all(cuda, p, rref, reduce_tolerance(p), rng=np.random.default_rng(2))
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

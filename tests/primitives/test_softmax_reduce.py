@@ -13,7 +13,7 @@ from miopy.problem.softmax import SoftmaxProblem
 from miopy.reference import reduce as rref
 from miopy.reference import softmax as sref
 from miopy.reference.common import store_logical
-from miopy.reference.tolerance import BASE
+from miopy.reference.tolerance import BASE, reduce_tolerance
 from miopy.tensor import DataType, TensorDesc
 
 
@@ -103,8 +103,7 @@ def test_reduce_random_problems(ocl):
     rng = np.random.default_rng(11)
     for _ in range(8):
         p = _reduce_problem(rng)
-        tol = 1e-12 if p.dtype is DataType.FP64 else BASE[p.dtype] * 4
-        run_all(ocl, p, rref, tol, rng=rng)
+        run_all(ocl, p, rref, reduce_tolerance(p), rng=rng)
 
 
 @pytest.mark.parametrize("nanprop", [False, True])
@@ -172,3 +171,14 @@ def test_reduce_columns_merges_row_chunks(ocl, monkeypatch, op, idx):
     if idx:
         np.testing.assert_array_equal(bufs["indices"], want["indices"].ravel())
         assert want["indices"].ravel()[1] == 0  # channel 1: (n=0, h=0, w=0) before (2, 1, 3)
+
+
+def test_reduce_long_sum_uses_the_length_rule(ocl):
+    """A 401k-element fp32 sum: the tolerance grows like sqrt(length) (the shared rule), and
+    every solver stays under it."""
+    p = ReduceProblem("add", TensorDesc("fp32", (8, 64, 28, 28)), (0, 1, 2, 3))
+    tol = reduce_tolerance(p)
+    assert tol > BASE[DataType.FP32] * 20
+    short = ReduceProblem("add", TensorDesc("fp32", (8, 4, 1, 1)), (0,))
+    assert reduce_tolerance(short) == BASE[DataType.FP32]
+    run_all(ocl, p, rref, tol, rng=np.random.default_rng(4))
