@@ -31,6 +31,8 @@ try:  # torch first: imported after CuPy / cuda-bindings, torch 2.11 fails to re
 except ImportError:  # pragma: no cover - the benchmark needs torch
     torch = None
 
+from timing import best_interleaved, runs_for  # noqa: E402
+
 from miopy.driver.conv import problem_from_args  # noqa: E402
 from miopy.problem.conv import ConvProblem  # noqa: E402
 
@@ -149,18 +151,16 @@ def run_case(handle, case: Case, flush: bool, runs_target_ms: float) -> dict:
     def miopy_fn():
         solution.run(handle, tensors)
 
-    estimate = solution.time_ms or 1.0
-    runs = max(5, min(100, int(runs_target_ms / max(estimate, 1e-3))))
-    m_ms = backend.device_time_ms(miopy_fn, runs, flush)
-    t_ms = backend.device_time_ms(torch_fn, runs, flush)
-    m_ms2 = backend.device_time_ms(miopy_fn, runs, flush)  # interleaved, and the better of two
-    t_ms2 = backend.device_time_ms(torch_fn, runs, flush)
+    runs = runs_for(runs_target_ms, solution.time_ms or 1.0)
+    best_ms = best_interleaved(  # miopy, cuDNN, miopy, cuDNN: the better of two each
+        lambda fn: backend.device_time_ms(fn, runs, flush), {"miopy": miopy_fn, "cudnn": torch_fn}
+    )
     return {
         "solver": solution.solver,
         "config": solution.config,
         "find_ms": {s.solver: s.time_ms for s in found},
-        "miopy_us": min(m_ms, m_ms2) * 1e3,
-        "cudnn_us": min(t_ms, t_ms2) * 1e3,
+        "miopy_us": best_ms["miopy"] * 1e3,
+        "cudnn_us": best_ms["cudnn"] * 1e3,
         "err": err,
     }
 

@@ -28,11 +28,12 @@ import argparse
 import functools
 import json
 import math
-import statistics
 import sys
 
+import timing
 import torch
 import torch.nn.functional as F
+from timing import Timer
 
 from miopy.engine.candidates import make_solution
 from miopy.handle import Handle
@@ -52,39 +53,13 @@ LN_SHAPES = [(BATCH * 512, 768), (8192, 1024)]
 # (N, C, H=W, groups) of group norm
 GN_SHAPES = [(BATCH, 256, 56, 32)]
 ITERS, REPS = 50, 7
-L2_BYTES = 60 << 20
 TORCH_DTYPE = {"fp16": torch.float16, "fp32": torch.float32, "bf16": torch.bfloat16}
 TOL = {"fp16": 4e-3, "fp32": 2e-5, "bf16": 3e-2}
 
 
-def device_us(fns, iters: int = ITERS) -> float:
-    """Median over REPS of the mean device time of ``iters`` launches, cycling through ``fns``."""
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        torch.cuda._sleep(20_000_000)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for i in range(iters):
-            fns[i % len(fns)]()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / iters)
-    return statistics.median(times)
-
-
-def copy_rate(nbytes: int) -> float:
-    """Bytes moved (read + written) per microsecond by a device-to-device copy of ``nbytes``."""
-    sets = max(2, math.ceil(2 * L2_BYTES / nbytes))
-    src = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(min(sets, 64))]
-    dst = [torch.empty_like(s) for s in src]
-    return 2 * nbytes / device_us([functools.partial(d.copy_, s) for d, s in zip(dst, src)])
-
-
-def n_sets(nbytes: int) -> int:
-    return max(2, min(16, math.ceil(2 * L2_BYTES / nbytes)))
+device_us = Timer(iters=ITERS, reps=REPS, sleep_cycles=20_000_000)
+copy_rate = device_us.copy_rate
+n_sets = functools.partial(timing.n_sets, most=16)
 
 
 def err_of(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -16,17 +16,26 @@ import functools
 import json
 import statistics
 import sys
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from miopy.engine.bench import compile_all
-from miopy.engine.candidates import make_solution
-from miopy.handle import Handle
-from miopy.problem.conv import ConvDesc, ConvProblem
-from miopy.solution import InvokeArgs
-from miopy.solvers.conv.implicit_gemm import PREFERRED, ConvIgemmFwdNhwc, grid_blocks, smem_bytes
-from miopy.tensor import TensorDesc
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from timing import Timer  # noqa: E402
+
+from miopy.engine.bench import compile_all  # noqa: E402
+from miopy.engine.candidates import make_solution  # noqa: E402
+from miopy.handle import Handle  # noqa: E402
+from miopy.problem.conv import ConvDesc, ConvProblem  # noqa: E402
+from miopy.solution import InvokeArgs  # noqa: E402
+from miopy.solvers.conv.implicit_gemm import (  # noqa: E402
+    PREFERRED,
+    ConvIgemmFwdNhwc,
+    grid_blocks,
+    smem_bytes,
+)
+from miopy.tensor import TensorDesc  # noqa: E402
 
 SOLVER = ConvIgemmFwdNhwc()
 BATCH = 32
@@ -84,22 +93,8 @@ SPLITS = (2, 3, 4)
 ITERS, REPS, SETS = 100, 5, 3
 
 
-def device_us(fns, iters: int = ITERS) -> float:
-    """Median over REPS of the mean device time of ITERS launches, cycling through ``fns``."""
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        torch.cuda._sleep(40_000_000)  # ~20 ms: the host queues every launch before the GPU starts
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for i in range(iters):
-            fns[i % len(fns)]()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / iters)
-    return statistics.median(times)
+# ~20 ms of sleep: the host queues every launch before the GPU starts
+device_us = Timer(iters=ITERS, reps=REPS, sleep_cycles=40_000_000)
 
 
 def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
@@ -114,24 +109,47 @@ def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
     return other.name, device_us(fns, iters=20)
 
 
-def kernel_facts(handle, solution) -> dict:
-    """Registers per thread, local (spill) memory and resident blocks per SM of the kernel."""
+def kernel_facts(handle, solution, smem: int) -> dict:
+    """Registers per thread, local (spill) memory and resident blocks per SM of the solution's
+    first kernel, launched with ``smem`` bytes of dynamic shared memory."""
     from cupy_backends.cuda.api import driver
 
     spec = solution.kernels[0]
     func = handle.compile(spec)
-    facts = {"threads": spec.local_size[0]}
+    facts = {}
     try:
         facts["regs"] = int(driver.funcGetAttribute(4, func.ptr))  # CU_FUNC_ATTRIBUTE_NUM_REGS
         facts["local_bytes"] = int(driver.funcGetAttribute(3, func.ptr))
-        smem = smem_bytes(solution.config)
-        facts["smem"] = smem
         facts["blocks_per_sm"] = int(
             driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, spec.local_size[0], smem)
         )
     except Exception as exc:  # reported, not fatal
         facts["error"] = f"{type(exc).__name__}: {exc}"
     return facts
+
+
+def check_and_time(
+    handle, sols, tensor_sets, outs, refs, flops: float, facts, timer: Timer = device_us
+) -> list[dict]:
+    """For each solution: its largest relative error against ``refs`` over the input sets (each
+    output ``outs[i]`` filled with NaN first), its device time by ``timer`` cycling through the
+    sets, and ``facts(solution)``."""
+    rows = []
+    for sol in sols:
+        invoker = handle.prepare_invoker(sol)
+        ws = handle.backend.alloc(sol.workspace) if sol.workspace else None
+        errs = []
+        for i, tensors in enumerate(tensor_sets):
+            outs[i].fill_(float("nan"))
+            invoker(InvokeArgs(tensors, ws))
+            torch.cuda.synchronize()
+            ref = refs[i].float()
+            errs.append(float((outs[i].float() - ref).norm() / ref.norm()))
+        us = timer([functools.partial(invoker, InvokeArgs(tensors, ws)) for tensors in tensor_sets])
+        rows.append(
+            {"config": sol.config, "us": us, "tflops": flops / us / 1e6, "err": max(errs), **facts(sol)}
+        )
+    return rows
 
 
 def main() -> int:
@@ -188,35 +206,18 @@ def main() -> int:
             wb = be.wrap(w)
             xb = [be.wrap(x) for x in xs]
             yb = [be.wrap(y) for y in ys]
-            rows = []
-            for sol in sols:
-                invoker = handle.prepare_invoker(sol)
-                ws = be.alloc(sol.workspace) if sol.workspace else None
-                errs = []
-                for i in range(SETS):
-                    ys[i].fill_(float("nan"))
-                    invoker(InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws))
-                    torch.cuda.synchronize()
-                    ref = refs[i].float()
-                    errs.append(float((ys[i].float() - ref).norm() / ref.norm()))
-                err = max(errs)
-                us = device_us(
-                    [
-                        functools.partial(invoker, InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws))
-                        for i in range(SETS)
-                    ]
-                )
-                facts = kernel_facts(handle, sol)
-                rows.append(
-                    {
-                        "config": sol.config,
-                        "us": us,
-                        "tflops": flops / us / 1e6,
-                        "err": err,
-                        "blocks": grid_blocks(problem, sol.config),
-                        **facts,
-                    }
-                )
+
+            def facts(sol, problem=problem):
+                smem = smem_bytes(sol.config)
+                return {
+                    "blocks": grid_blocks(problem, sol.config),
+                    "threads": sol.kernels[0].local_size[0],
+                    "smem": smem,
+                    **kernel_facts(handle, sol, smem),
+                }
+
+            tensor_sets = [{"x": xb[i], "w": wb, "y": yb[i]} for i in range(SETS)]
+            rows = check_and_time(handle, sols, tensor_sets, ys, refs, flops, facts)
             today = time_today(handle, problem, xb, wb, yb)
             ok = [r for r in rows if r["err"] < 2e-2]
             best = min(ok, key=lambda r: r["us"]) if ok else None

@@ -19,19 +19,22 @@ import functools
 import json
 import statistics
 import sys
+from pathlib import Path
 
-import torch
-from bench_igemm import SETS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from miopy.engine.bench import compile_all
-from miopy.engine.candidates import make_solution
-from miopy.handle import Handle
-from miopy.problem.conv import ConvDesc, ConvProblem
-from miopy.solution import InvokeArgs
-from miopy.solvers.conv import implicit_gemm_bwd as bwd
-from miopy.solvers.conv import implicit_gemm_wrw as wrw
-from miopy.solvers.conv.implicit_gemm import PREFERRED
-from miopy.tensor import TensorDesc
+import torch  # noqa: E402
+from bench_igemm import SETS, check_and_time, kernel_facts  # noqa: E402
+from timing import Timer  # noqa: E402
+
+from miopy.engine.bench import compile_all  # noqa: E402
+from miopy.engine.candidates import make_solution  # noqa: E402
+from miopy.handle import Handle  # noqa: E402
+from miopy.problem.conv import ConvDesc, ConvProblem  # noqa: E402
+from miopy.solvers.conv import implicit_gemm_bwd as bwd  # noqa: E402
+from miopy.solvers.conv import implicit_gemm_wrw as wrw  # noqa: E402
+from miopy.solvers.conv.implicit_gemm import PREFERRED  # noqa: E402
+from miopy.tensor import TensorDesc  # noqa: E402
 
 BATCH = 32
 # (C, H=W, K, filter, stride): the ResNet-50 layers with C a multiple of 8 (all but the stem)
@@ -118,44 +121,9 @@ def candidates(handle, direction: str, problem: ConvProblem, sweep: bool) -> lis
     return configs
 
 
-def kernel_facts(handle, solution, smem: int) -> dict:
-    """Registers per thread, local (spill) memory and resident blocks per SM of the main kernel."""
-    from cupy_backends.cuda.api import driver
-
-    spec = solution.kernels[0]
-    func = handle.compile(spec)
-    facts = {}
-    try:
-        facts["regs"] = int(driver.funcGetAttribute(4, func.ptr))
-        facts["local_bytes"] = int(driver.funcGetAttribute(3, func.ptr))
-        facts["blocks_per_sm"] = int(
-            driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, spec.local_size[0], smem)
-        )
-    except Exception as exc:  # reported, not fatal
-        facts["error"] = f"{type(exc).__name__}: {exc}"
-    return facts
-
-
 REPS = 3
-
-
-def device_us(fns, iters: int = 100) -> float:
-    """Median over REPS of the mean device time of ``iters`` launches cycling through ``fns``,
-    queued behind a sleep kernel (about 5 ms) so that the GPU never waits for the host."""
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        torch.cuda._sleep(10_000_000)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for i in range(iters):
-            fns[i % len(fns)]()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / iters)
-    return statistics.median(times)
+# ~5 ms of sleep: the GPU never waits for the host
+device_us = Timer(iters=100, reps=REPS, sleep_cycles=10_000_000)
 
 
 def make_problem(direction: str, dtype: str, layer) -> ConvProblem:
@@ -199,27 +167,11 @@ def bench_layer(handle, direction, dtype, layer, sols) -> dict:
     else:
         tensors = [{"x": be.wrap(xs[i]), "w": be.wrap(outs[i]), "y": be.wrap(dys[i])} for i in range(SETS)]
     smem = bwd.smem_bytes if direction == "B" else wrw.smem_bytes
-    rows = []
-    for sol in sols:
-        invoker = handle.prepare_invoker(sol)
-        ws = be.alloc(sol.workspace) if sol.workspace else None
-        errs = []
-        for i in range(SETS):
-            outs[i].fill_(float("nan"))
-            invoker(InvokeArgs(tensors[i], ws))
-            torch.cuda.synchronize()
-            ref = refs[i].float()
-            errs.append(float((outs[i].float() - ref).norm() / ref.norm()))
-        us = device_us([functools.partial(invoker, InvokeArgs(tensors[i], ws)) for i in range(SETS)])
-        rows.append(
-            {
-                "config": sol.config,
-                "us": us,
-                "tflops": flops / us / 1e6,
-                "err": max(errs),
-                **kernel_facts(handle, sol, smem(sol.config)),
-            }
-        )
+
+    def facts(sol):
+        return kernel_facts(handle, sol, smem(sol.config))
+
+    rows = check_and_time(handle, sols, tensors, outs, refs, flops, facts, timer=device_us)
     ok = [r for r in rows if r["err"] < 2e-2]
     return {
         "direction": direction,

@@ -117,3 +117,60 @@ def test_best_interleaved_alternates_and_keeps_the_best():
 
     assert timing.best_interleaved(measure, {"m": "m", "t": "t"}) == {"m": 2.0, "t": 1.0}
     assert calls == ["m", "t", "m", "t"]
+
+
+def test_torch_clock_drives_torch_cuda(monkeypatch):
+    """TorchClock through a stand-in of the torch.cuda calls it makes (no GPU here)."""
+    import types
+
+    calls = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            calls.append("record")
+            self.at = len(calls)
+
+        def synchronize(self):
+            calls.append("event sync")
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    class Buffer:
+        def zero_(self):
+            calls.append("zero")
+
+        def copy_(self, src):
+            calls.append("copy")
+
+    cuda = types.SimpleNamespace(
+        synchronize=lambda: calls.append("sync"),
+        _sleep=lambda cycles: calls.append(f"sleep {cycles}"),
+        Event=Event,
+    )
+    fake = types.SimpleNamespace(
+        cuda=cuda,
+        uint8="uint8",
+        empty=lambda n, dtype, device: calls.append(f"empty {n} {dtype} {device}") or Buffer(),
+        empty_like=lambda t: Buffer(),
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    clock = timing.TorchClock(l2_bytes=10)
+    timer = timing.Timer(iters=2, reps=1, sleep_cycles=5, clock=clock)
+    us = timer([lambda: calls.append("fn")])
+    assert calls == ["fn", "sync", "sleep 5", "record", "fn", "fn", "record", "event sync"]
+    assert us == pytest.approx(3 * 1000.0 / 2)  # three calls between the two records
+    calls.clear()
+    clock.flush_l2()
+    clock.flush_l2()
+    assert calls == ["empty 20 uint8 cuda", "zero", "zero"]
+    calls.clear()
+    clock.copy_pair(8)()
+    assert calls == ["empty 8 uint8 cuda", "copy"]
+    calls.clear()
+    timing.sync()
+    assert calls == ["sync"]
