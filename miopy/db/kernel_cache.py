@@ -1,6 +1,7 @@
 """Compiled kernel binaries: the read-only kernel packages (``<base>.kdb`` in MIOPY_SYSTEM_DB_PATH,
-then in MIOPY_KDB_PATH where ``miopy kernels install`` puts them; without either, the package of
-the same architecture with the nearest CU count), then the user ``<base>.<backend>.ukdb``."""
+then in MIOPY_KDB_PATH where ``miopy kernels install`` puts them, then in the ``miopy_kernels``
+folder of an installed kernel wheel; without any, the package of the same architecture with the
+nearest CU count), then the user ``<base>.<backend>.ukdb``."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ class KernelCache:
 
     def package_paths(self) -> list:
         """The kernel packages this cache reads, in order (at most one per folder)."""
-        folders = [config.system_db_dir(), config.kdb_dir()]
+        folders = system_files.package_folders()
         found = system_files.exact_kdbs(self.db_basename, folders)
         if found or self.arch is None or self.compute_units is None:
             return found
@@ -83,19 +84,19 @@ class KernelCache:
         if self._dbs is None:
             packages = self.package_paths()
             wanted = f"{self.db_basename}.kdb"
+            looked = ", ".join(str(f) for f in system_files.package_folders())
             if not packages:
                 log.warn_once_per_user(
                     _log,
                     f"kdb {self.db_basename} {self.backend_name}",
                     f"Missing system database file: {wanted} Performance may degrade",
                 )
-                _log.info("looked for %s in %s and %s", wanted, config.system_db_dir(), config.kdb_dir())
+                _log.info("looked for %s in %s", wanted, looked)
             elif packages[0].name != wanted:
                 log.warn_once(
                     _log,
-                    f"Missing system database file: {wanted} (looked in {config.system_db_dir()} and "
-                    f"{config.kdb_dir()}); using {packages[0]}, the same architecture with the nearest "
-                    "CU count",
+                    f"Missing system database file: {wanted} (looked in {looked}); using {packages[0]}, "
+                    "the same architecture with the nearest CU count",
                 )
             user = config.cache_dir() / f"{self.db_basename}.{self.backend_name}.ukdb"
             self._dbs = (

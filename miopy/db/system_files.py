@@ -1,12 +1,15 @@
 """Finding a kernel package (``<arch>_<cu>.kdb``) for a device: the exact file in the system DB
-folder or the user's installed-packages folder, else (as MIOpen does) the file of the same
-architecture with the nearest compute-unit count."""
+folder, the user's installed-packages folder or a kernel wheel's data folder, else (as MIOpen
+does) the file of the same architecture with the nearest compute-unit count."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
+from miopy import config
 from miopy.db.sqlite import system_file_present
 
 MAX_CUS = 1024  # a hex suffix above this is taken for part of another architecture's name
@@ -33,6 +36,34 @@ def compute_units_of(stem: str, arch: str) -> int | None:
     if re.fullmatch(r"[0-9a-f]+", rest) and 64 < int(rest, 16) <= MAX_CUS:
         return int(rest, 16)
     return None
+
+
+# The folder a kernel wheel (``miopy kernels package``) installs its ``.kdb`` into, in whatever
+# folder pip installs into (site-packages, ``--target``, ``--user``). It holds no code: miopy lists
+# it on the import path and never imports it.
+WHEEL_FOLDER = "miopy_kernels"
+
+
+def wheel_folders() -> list[Path]:
+    """Each ``miopy_kernels`` folder on the import path (``sys.path``), in its order; relative
+    entries (the current folder) are skipped."""
+    out: list[Path] = []
+    for entry in sys.path:
+        if not entry or not os.path.isabs(entry):
+            continue
+        folder = Path(entry) / WHEEL_FOLDER
+        try:
+            if folder.is_dir() and folder not in out:
+                out.append(folder)
+        except OSError:
+            continue
+    return out
+
+
+def package_folders() -> list[Path]:
+    """Where kernel packages are read from, in order: MIOPY_SYSTEM_DB_PATH, MIOPY_KDB_PATH, then
+    the folders of installed kernel wheels."""
+    return [config.system_db_dir(), config.kdb_dir(), *wheel_folders()]
 
 
 def exact_kdbs(base: str, folders: list[Path]) -> list[Path]:

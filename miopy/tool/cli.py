@@ -85,8 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--device", type=int, default=0)
     k.add_argument("--force", action="store_true", help="install even if it does not match the device")
     k.add_argument("--json", action="store_true")
-    k = kernels.add_parser("show", help="a package's manifest")
+    k = kernels.add_parser("show", help="a package's manifest (a .kdb, or each one in a wheel)")
     k.add_argument("file", type=Path)
+    k.add_argument("--json", action="store_true")
+    k = kernels.add_parser(
+        "package", help="a small wheel holding a .kdb, which `pip install` puts where miopy looks"
+    )
+    k.add_argument("file", type=Path, help="a .kdb made by `miopy kernels build`")
+    k.add_argument("--out", type=Path, default=Path("."), help="folder for the wheel (default: here)")
     k.add_argument("--json", action="store_true")
 
     t = sub.add_parser("tune", help="tune every tunable solver of a workload's problems")
@@ -267,10 +273,20 @@ def _kernels(args, out: TextIO) -> int:
             print(kernels.describe(manifest), file=out)
         return EXIT_OK if manifest["failed"] == 0 else EXIT_PROBLEMS
     if args.action == "show":
-        manifest = kernels.read_manifest(args.file)
-        write_json(manifest, out) if args.json else print(
-            kernels.describe(manifest | {"file": args.file.name, "size": args.file.stat().st_size}), file=out
-        )
+        shown = kernels.show(args.file)
+        if args.json:
+            write_json(shown, out)
+        else:
+            for manifest in shown.get("packages", [shown]):
+                print(kernels.describe(manifest), file=out)
+        return EXIT_OK
+    if args.action == "package":
+        made = kernels.package(args.file, args.out)
+        if args.json:
+            write_json(made, out)
+        else:
+            print(f"wrote {made['wheel']} ({made['project']}, {human_size(made['wheel_size'])})", file=out)
+            print(f"install it with: pip install {made['wheel']}", file=out)
         return EXIT_OK
     report = kernels.install(args.file, args.dest, args.force, args.device)
     if args.json:

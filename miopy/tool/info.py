@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from miopy import backends, config
-from miopy.db.system_files import exact_kdbs, nearest_kdb
+from miopy.db.system_files import exact_kdbs, nearest_kdb, package_folders, wheel_folders
 from miopy.errors import MiopyError
 from miopy.tool.common import human_size
 
@@ -40,6 +40,8 @@ def paths() -> dict[str, dict[str, Any]]:
         ),
         "once-per-user warning markers (written)": (config.user_db_dir() / ".warned", ("*",)),
     }
+    for i, folder in enumerate(wheel_folders(), 1):
+        folders[f"kernel wheels (read only; `pip install`ed) #{i}"] = (folder, ("*.kdb",))
     out = {}
     for what, (path, patterns) in folders.items():
         out[what] = _folder(path, patterns)
@@ -58,7 +60,7 @@ def devices() -> tuple[dict[str, str | None], list[dict[str, Any]]]:
             except MiopyError:
                 break
             base = info.db_basename
-            folders = [config.system_db_dir(), config.kdb_dir()]
+            folders = package_folders()
             exact = exact_kdbs(base, folders)
             near = None if exact else nearest_kdb(info.arch, info.compute_units, folders)
             found.append(

@@ -24,6 +24,7 @@ from miopy.db.system_files import exact_kdbs, nearest_kdb
 from miopy.engine.candidates import applicable, make_solution
 from miopy.errors import MiopyError
 from miopy.solution import KernelSpec, Solution
+from miopy.tool import wheel
 from miopy.tool.common import ToolError, human_size, progress
 from miopy.tool.target import TargetContext
 from miopy.tool.workload import Workload
@@ -195,17 +196,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def _from_wheel(path: Path, workdir: Path, want: str | None, arch: str | None, cus: int | None) -> Path:
     """The kdb inside a wheel (or any zip): the one named for the device, else the same arch with
     the nearest CU count, else the only one."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = [m for m in archive.namelist() if m.endswith(".kdb")]
-            if not members:
-                raise ToolError(f"{path}: no .kdb inside")
-            for member in members:
-                target = workdir / Path(member).name
-                with archive.open(member) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise ToolError(f"{path}: cannot read it as a wheel ({exc})") from None
+    files = wheel.extract_kdbs(path, workdir)
     if want is not None:
         exact = exact_kdbs(want, [workdir])
         if exact:
@@ -214,10 +205,33 @@ def _from_wheel(path: Path, workdir: Path, want: str | None, arch: str | None, c
             near = nearest_kdb(arch, cus, [workdir])
             if near is not None:
                 return near
-    files = sorted(workdir.glob("*.kdb"))
     if len(files) == 1:
         return files[0]
     raise ToolError(f"{path}: holds {', '.join(f.name for f in files)}; none for {want or 'this device'}")
+
+
+def package(path: Path, out_dir: Path) -> dict[str, Any]:
+    """A wheel holding the kernel package ``path`` (checked first); returns its manifest with the
+    wheel's path and project name."""
+    manifest = read_manifest(path)
+    built = wheel.build_wheel(path, manifest, out_dir)
+    return manifest | {
+        "wheel": str(built),
+        "project": wheel.project_name(manifest),
+        "wheel_size": built.stat().st_size,
+    }
+
+
+def show(path: Path) -> dict[str, Any]:
+    """The manifest of a kdb, or of each kdb inside a wheel (checked against its RECORD)."""
+    if path.is_file() and zipfile.is_zipfile(path):
+        with tempfile.TemporaryDirectory(prefix="miopy-kdb-") as tmp:
+            found = [
+                read_manifest(f) | {"file": f.name, "size": f.stat().st_size}
+                for f in wheel.extract_kdbs(path, Path(tmp))
+            ]
+        return {"wheel": str(path), "packages": found}
+    return read_manifest(path) | {"file": path.name, "size": path.stat().st_size}
 
 
 def _device(backend: str, device: int):

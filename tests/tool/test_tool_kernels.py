@@ -5,9 +5,11 @@ built by NVRTC without a GPU; mismatched and damaged packages refused with a mes
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,8 @@ from miopy import config
 from miopy.db import system_files
 from miopy.db.kernel_cache import KernelCache, KernelKey
 from miopy.tool import kernels
+
+ROOT = Path(__file__).resolve().parents[2]
 
 WORKLOAD = """# a small workload: two primitives
 miopy-driver conv -n 1 -c 4 -H 8 -W 8 -k 4 -y 3 -x 3 -p 1 -q 1 -F 1
@@ -92,6 +96,49 @@ def test_install_refuses_a_package_for_another_device(built, tool, tmp_path, ocl
     code, out, err = tool("kernels", "install", wheel, "--dest", tmp_path / "from-wheel")
     assert code == 0, err
     assert (tmp_path / "from-wheel" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_wheel_pip_installed_where_a_fresh_process_finds_it(ocl, built, tool, tool_json, tmp_path):
+    """``miopy kernels package`` makes a data-only wheel; pip installs it offline into a target
+    folder; a fresh process with that folder on its path (and empty package folders) compiles
+    nothing; ``miopy kernels install`` takes the same wheel and refuses a damaged one."""
+    path, work = built
+    made = tool_json("kernels", "package", path, "--out", tmp_path / "wheels")
+    whl = tmp_path / "wheels" / f"{made['project'].replace('-', '_')}-{config.VERSION}-py3-none-any.whl"
+    assert made["wheel"] == str(whl) and made["project"].startswith("miopy-kernels-")
+    with zipfile.ZipFile(whl) as archive:
+        names = sorted(archive.namelist())
+        assert archive.read(f"miopy_kernels/{path.name}") == path.read_bytes()
+    assert not [n for n in names if n.endswith((".py", ".pth", ".so"))], names  # data only
+    assert f"miopy_kernels/{path.name}.json" in names and any(n.endswith(".dist-info/RECORD") for n in names)
+    shown = tool_json("kernels", "show", whl)
+    assert [m["db_basename"] for m in shown["packages"]] == [ocl.db_basename]
+
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    done = subprocess.run([*pip, "--target", site, whl], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (site / "miopy_kernels" / path.name).read_bytes() == path.read_bytes()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])}
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(work)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout.splitlines()[-1])
+    assert counts["misses"] == 0 and counts["hits"] >= 3, counts
+    assert "Missing system database" not in done.stderr
+
+    code, out, err = tool("kernels", "install", whl, "--dest", tmp_path / "from-wheel")
+    assert code == 0, err
+    assert (tmp_path / "from-wheel" / path.name).read_bytes() == path.read_bytes()
+    damaged = tmp_path / "damaged.whl"
+    with zipfile.ZipFile(whl) as src, zipfile.ZipFile(damaged, "w") as dst:
+        for name in src.namelist():
+            blob = src.read(name)
+            dst.writestr(name, blob[:-1] + bytes([blob[-1] ^ 1]) if name.endswith(".kdb") else blob)
+    code, _, err = tool("kernels", "install", damaged, "--dest", tmp_path / "nope")
+    assert code == 1 and "does not match the wheel's RECORD" in err
+    assert not (tmp_path / "nope" / path.name).exists()
 
 
 def test_damaged_or_foreign_packages(tool, tmp_path):
