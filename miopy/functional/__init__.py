@@ -22,6 +22,7 @@ from miopy.functional.activ import (
     softplus,
     tanh,
 )
+from miopy.functional.bnorm import batch_norm, batch_norm_forward, batch_norm_grad
 from miopy.functional.conv import (
     conv2d,
     conv3d,
@@ -31,6 +32,15 @@ from miopy.functional.conv import (
     conv_weight_grad,
 )
 from miopy.functional.core import clear_plans, default_handle
+from miopy.functional.lrn import local_response_norm, lrn_forward, lrn_grad
+from miopy.functional.norm import (
+    group_norm,
+    group_norm_forward,
+    group_norm_grad,
+    layer_norm,
+    layer_norm_forward,
+    layer_norm_grad,
+)
 from miopy.functional.pooling import (
     avg_pool2d,
     avg_pool3d,
@@ -39,12 +49,16 @@ from miopy.functional.pooling import (
     pool_forward,
     pool_grad,
 )
+from miopy.functional.softmax import log_softmax, softmax, softmax_grad
 
 __all__ = [
     "activation",
     "activation_grad",
     "avg_pool2d",
     "avg_pool3d",
+    "batch_norm",
+    "batch_norm_forward",
+    "batch_norm_grad",
     "clear_plans",
     "conv2d",
     "conv3d",
@@ -54,8 +68,18 @@ __all__ = [
     "conv_weight_grad",
     "default_handle",
     "elu",
+    "group_norm",
+    "group_norm_forward",
+    "group_norm_grad",
     "hardtanh",
+    "layer_norm",
+    "layer_norm_forward",
+    "layer_norm_grad",
     "leaky_relu",
+    "local_response_norm",
+    "log_softmax",
+    "lrn_forward",
+    "lrn_grad",
     "max_pool2d",
     "max_pool3d",
     "pool_forward",
@@ -63,6 +87,8 @@ __all__ = [
     "relu",
     "relu6",
     "sigmoid",
+    "softmax",
+    "softmax_grad",
     "softplus",
     "tanh",
 ]

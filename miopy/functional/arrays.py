@@ -13,13 +13,15 @@ shape ``lens``, memory order ``layout``.
 
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from miopy.errors import MiopyError, bad
+from miopy.problem.nd import NdDesc, row_major
 from miopy.tensor import LAYOUTS_2D, LAYOUTS_3D, DataType, TensorDesc, packed_strides
 
 HOST = ("host", 0)
@@ -34,7 +36,7 @@ class Operand:
 
     kind: str
     device: tuple[str, int]
-    desc: TensorDesc
+    desc: TensorDesc | NdDesc
     arg: Any
     array: Any
 
@@ -121,13 +123,15 @@ def _contiguous(kind: str, array: Any) -> Any:
     return _module("cupy").ascontiguousarray(array)
 
 
-def operand(obj: Any, field: str, rank: tuple[int, ...] = (4, 5)) -> Operand:
-    """The Operand of a caller's array; BadParm naming ``field`` for anything else."""
+def _read(obj: Any, field: str) -> tuple[str, tuple[str, int], Any, DataType]:
+    """(kind, device, the array to read: a JAX array's NumPy or CuPy view, data type)."""
     kind = kind_of(obj)
     if kind is None:
         raise bad(field, type(obj).__name__, "expected a NumPy, PyTorch, CuPy or JAX array")
     if kind == "jax":
-        return _jax_operand(obj, field, rank)
+        inner = _jax_inner(obj)
+        _, device, array, dtype = _read(inner, field)
+        return "jax", device, array, dtype
     array = obj.detach() if kind == "torch" else obj
     if kind == "torch":
         if array.device.type not in ("cuda", "cpu"):
@@ -135,31 +139,110 @@ def operand(obj: Any, field: str, rank: tuple[int, ...] = (4, 5)) -> Operand:
         device = ("cuda", array.device.index or 0) if array.device.type == "cuda" else HOST
     else:
         device = ("cuda", int(array.device.id)) if kind == "cupy" else HOST
-    dtype = _dtype(array.dtype, field)
+    return kind, device, array, _dtype(array.dtype, field)
+
+
+def _inner_kind(kind: str, array: Any) -> str:
+    """The kind of the array miopy reads (a JAX array is read as NumPy or CuPy)."""
+    if kind != "jax":
+        return kind
+    return "numpy" if isinstance(array, np.ndarray) else "cupy"
+
+
+def _positive_strides(kind: str, array: Any) -> tuple[Any, tuple[int, ...]]:
+    """The array (a packed copy when it is broadcast or flipped) and its element strides, >= 1."""
     lens = tuple(int(n) for n in array.shape)
-    if len(lens) not in rank:
-        raise bad(field, f"array of shape {lens}", f"expected {' or '.join(map(str, rank))} dimensions")
     strides = _strides(kind, array)
     if any(s <= 0 for n, s in zip(lens, strides) if n > 1):
         array = _contiguous(kind, array)  # broadcast or flipped: the kernels need positive strides
         strides = _strides(kind, array)
-    strides = tuple(max(s, 1) for s in strides)
+    return array, tuple(max(s, 1) for s in strides)
+
+
+def operand(obj: Any, field: str, rank: tuple[int, ...] = (4, 5)) -> Operand:
+    """The Operand of a caller's array (an N, C, [D,] H, W image); BadParm naming ``field`` for
+    anything else."""
+    kind, device, array, dtype = _read(obj, field)
+    lens = tuple(int(n) for n in array.shape)
+    if len(lens) not in rank:
+        raise bad(field, f"array of shape {lens}", f"expected {' or '.join(map(str, rank))} dimensions")
+    inner = _inner_kind(kind, array)
+    array, strides = _positive_strides(inner, array)
     desc = desc_for(dtype, lens, strides, field)
-    return Operand(kind, device, desc, _flat(kind, array, desc.element_space), obj)
+    return Operand(kind, device, desc, _flat(inner, array, desc.element_space), obj)
 
 
-def _jax_operand(obj: Any, field: str, rank: tuple[int, ...]) -> Operand:
+def image_operand(obj: Any, field: str, lens: tuple[int, ...]) -> Operand:
+    """An array of 2 or 3 dims, (N, C) or (N, C, L), read as the image ``lens`` (its shape with
+    trailing 1s: (N, C, 1, 1), (N, C, L, 1)) without a copy; 4 and 5 dims as ``operand``."""
+    kind, device, array, dtype = _read(obj, field)
+    shape = tuple(int(n) for n in array.shape)
+    if shape == lens:
+        return operand(obj, field)
+    inner = _inner_kind(kind, array)
+    array, strides = _positive_strides(inner, array)
+    strides = strides + (1,) * (len(lens) - len(shape))
+    desc = desc_for(dtype, lens, strides, field)
+    return Operand(kind, device, desc, _flat(inner, array, desc.element_space), obj)
+
+
+def nd_operand(obj: Any, field: str, dense: bool = True) -> Operand:
+    """The Operand of an array of any rank (1 to 8), its descriptor an NdDesc with the array's
+    strides; with ``dense`` an array with gaps (a slice) is copied packed first."""
+    kind, device, array, dtype = _read(obj, field)
+    inner = _inner_kind(kind, array)
+    array, strides = _positive_strides(inner, array)
+    lens = tuple(int(n) for n in array.shape)
+    desc = NdDesc(dtype, lens, strides, field)
+    if dense and desc.element_space != desc.element_count:
+        array = _contiguous(inner, array)
+        desc = NdDesc(dtype, lens, None, field)
+    return Operand(kind, device, desc, _flat(inner, array, desc.element_space), obj)
+
+
+def vector(obj: Any, field: str, count: int, writable: bool = False) -> Operand:
+    """A parameter array (weights, statistics) of ``count`` elements in row-major order, any
+    shape ((C,), (1, C, 1, 1), (C, H, W)...). One that is not packed is copied, unless it is
+    ``writable`` (updated in place: running statistics), which is refused."""
+    kind, device, array, dtype = _read(obj, field)
+    inner = _inner_kind(kind, array)
+    lens = tuple(int(n) for n in array.shape)
+    if math.prod(lens) != count:
+        raise bad(field, f"array of shape {lens}", f"expected {count} elements")
+    desc = NdDesc(dtype, (count,))
+    rows = row_major(lens)
+    if any(n > 1 and s != r for n, s, r in zip(lens, _strides(inner, array), rows)):
+        if writable:
+            raise bad(field, f"strides {_strides(inner, array)}", "must be packed (it is updated in place)")
+        array = _contiguous(inner, array)
+    if writable and kind == "jax":
+        raise bad(field, "a JAX array", "JAX arrays are immutable: it cannot be updated in place")
+    return Operand(kind, device, desc, _flat(inner, array, count), obj)
+
+
+def as_image(op: Operand, lens: tuple[int, ...], strides: tuple[int, ...], field: str) -> Operand:
+    """The same memory read as the N, C, [D,] H, W image ``lens`` with element ``strides`` (a
+    reshaped view: (N, C) as (N, C, 1, 1), a softmax's dim as C of a row-major array...)."""
+    return replace(op, desc=desc_for(op.desc.dtype, tuple(lens), tuple(strides), field))
+
+
+def row_major_op(op: Operand, field: str) -> Operand:
+    """``op`` when its strides are row-major, else a row-major copy (as an NdDesc operand)."""
+    if tuple(op.desc.strides) == row_major(op.desc.lens):
+        return op
+    return with_strides(op, row_major(op.desc.lens), field)
+
+
+def _jax_inner(obj: Any) -> Any:
     """JAX arrays are immutable and have no strides: a GPU array is read through DLPack as CuPy,
-    a CPU one as NumPy; both are packed row-major (NCHW)."""
+    a CPU one as NumPy; both are packed row-major."""
     devices = list(obj.devices())
     platform = devices[0].platform if devices else "cpu"
     if platform == "gpu":
         import cupy as cp
 
-        inner = operand(cp.from_dlpack(obj), field, rank)
-    else:
-        inner = operand(np.asarray(obj), field, rank)
-    return Operand("jax", inner.device, inner.desc, inner.arg, obj)
+        return cp.from_dlpack(obj)
+    return np.asarray(obj)
 
 
 def _memory_order(lens: tuple[int, ...], layout: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -186,6 +269,78 @@ def empty(like: Operand, lens: tuple[int, ...], layout: str, dtype: DataType | N
             return cp.empty(shape, dtype=dtype_).transpose(back)
     dtype_ = src.dtype if like.kind == "numpy" else _jax_storage(src)
     return np.empty(shape, dtype=dtype_).transpose(back)
+
+
+def _framework_dtype(like: Operand, dtype: DataType | None) -> Any:
+    """``dtype`` (else the like array's) as like's framework names it."""
+    src = like.array
+    if like.kind == "torch":
+        if dtype is None:
+            return src.dtype
+        torch = _module("torch")
+        return {DataType.FP32: torch.float32, DataType.FP16: torch.float16, DataType.BF16: torch.bfloat16}[
+            dtype
+        ]
+    if dtype is None:
+        return src.dtype if like.kind in ("numpy", "cupy") else _jax_storage(src)
+    if dtype is DataType.BF16:
+        if like.kind == "numpy":
+            import ml_dtypes
+
+            return ml_dtypes.bfloat16
+        return np.uint16  # CuPy and JAX hold bf16 as its bits
+    return np.dtype({DataType.FP32: "float32", DataType.FP16: "float16"}[dtype])
+
+
+def _on_gpu(like: Operand) -> bool:
+    return like.kind == "cupy" or (like.kind == "jax" and like.device != HOST)
+
+
+def empty_nd(like: Operand, lens: tuple[int, ...], strides: tuple[int, ...] | None = None, dtype=None) -> Any:
+    """A new array of ``like``'s kind and device, shape ``lens`` with element ``strides``
+    (row-major when None; they must describe a dense array), data type ``dtype`` or like's."""
+    lens = tuple(int(n) for n in lens)
+    strides = row_major(lens) if strides is None else tuple(strides)
+    fdt = _framework_dtype(like, dtype)
+    if like.kind == "torch":
+        torch = _module("torch")
+        return torch.empty_strided(lens, strides, dtype=fdt, device=like.array.device)
+    space = 1 + sum((n - 1) * s for n, s in zip(lens, strides))
+    if _on_gpu(like):
+        cp = _module("cupy") or __import__("cupy")
+        with cp.cuda.Device(like.device[1]):
+            flat = cp.empty(space, dtype=fdt)
+        return cp.lib.stride_tricks.as_strided(flat, lens, tuple(s * flat.itemsize for s in strides))
+    flat = np.empty(space, dtype=fdt)
+    return np.lib.stride_tricks.as_strided(flat, lens, tuple(s * flat.itemsize for s in strides))
+
+
+def full(like: Operand, lens: tuple[int, ...], value: float, dtype: DataType | None = None) -> Any:
+    """A new row-major array filled with ``value`` (default weights: ones, zeros)."""
+    out = empty_nd(like, lens, None, dtype)
+    if like.kind == "torch":
+        out.fill_(value)
+    elif like.kind != "numpy" and np.dtype(out.dtype) == np.uint16:  # bf16 bits
+        out.fill(np.array(value, dtype=np.float32).view(np.uint32) >> 16)
+    else:
+        out.fill(value)
+    return out
+
+
+def with_strides(op: Operand, strides: tuple[int, ...], field: str) -> Operand:
+    """``op`` itself when it has ``strides``, else a copy that has them (a gradient that must be
+    laid out like its forward input)."""
+    if tuple(op.desc.strides) == tuple(strides):
+        return op
+    out = empty_nd(op, op.desc.lens, strides)
+    src = op.array if op.kind != "jax" else _jax_inner(op.array)
+    if tuple(src.shape) != tuple(op.desc.lens):
+        src = src.reshape(op.desc.lens)  # an (N, C) array read as (N, C, 1)
+    if op.kind == "torch":
+        out.copy_(src.detach())
+    else:
+        out[...] = src
+    return nd_operand(out, field, dense=False) if isinstance(op.desc, NdDesc) else operand(out, field)
 
 
 def _jax_storage(src: Any) -> Any:
@@ -240,12 +395,20 @@ def raw_operand(like: Operand, raw: Any) -> Operand:
 __all__ = [
     "HOST",
     "Operand",
+    "as_image",
     "desc_for",
     "empty",
     "empty_bytes",
+    "empty_nd",
     "finish",
+    "full",
+    "image_operand",
     "in_layout",
     "kind_of",
+    "nd_operand",
     "operand",
     "raw_operand",
+    "row_major_op",
+    "vector",
+    "with_strides",
 ]
