@@ -21,19 +21,17 @@ from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solution import Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
+from miopy.solvers.conv.igemm_common import DOMAIN, FIELDS, threads
 from miopy.solvers.conv.implicit_gemm import (
     DEFAULT_NARROW,
     DEFAULT_SHORT,
     DEFAULT_SMALL_GRID,
     DEFAULT_WIDE,
-    DOMAIN,
-    FIELDS,
     PREFERRED,
     ConvIgemmFwdNhwc,
     grid_blocks,
     k_tiles,
     smem_bytes,
-    threads,
 )
 from miopy.tensor import TensorDesc
 

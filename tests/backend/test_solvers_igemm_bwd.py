@@ -22,7 +22,8 @@ from miopy.solution import Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv import implicit_gemm_bwd as bwd
 from miopy.solvers.conv import implicit_gemm_wrw as wrw
-from miopy.solvers.conv.implicit_gemm import DEFAULT_NARROW, DEFAULT_SMALL_GRID, DEFAULT_WIDE, FIELDS
+from miopy.solvers.conv.igemm_common import FIELDS
+from miopy.solvers.conv.implicit_gemm import DEFAULT_NARROW, DEFAULT_SMALL_GRID, DEFAULT_WIDE
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.tensor import TensorDesc

@@ -13,27 +13,25 @@ buffers) with a wider range of splits."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
-from miopy.solvers.base import TunableSolver
-from miopy.solvers.conv.implicit_gemm import (
-    DOMAIN as FWD_DOMAIN,
-)
-from miopy.solvers.conv.implicit_gemm import (
-    FIELDS,
+from miopy.solution import KernelSpec
+from miopy.solvers.conv.igemm_common import DOMAIN as FWD_DOMAIN
+from miopy.solvers.conv.igemm_common import (
     MIN_SLICE_TILES,
-    REDUCE_THREADS,
+    IgemmSolver,
     compute_units,
-    nhwc_tensor_core_reason,
-    smem_limit,
+    pow2_cap,
+    reduce_spec,
+    shape_defines,
+    split_workspace_bytes,
     threads,
-    tile_config_ok,
+    tile_candidates,
+    tile_smem_bytes,
 )
+from miopy.solvers.conv.igemm_common import tile_config as _cfg
 
 DOMAIN: dict[str, tuple[int, ...]] = {
     **FWD_DOMAIN,
@@ -41,19 +39,6 @@ DOMAIN: dict[str, tuple[int, ...]] = {
 }
 FULL_WAVE = 0.9  # a grid of at least this many blocks per multiprocessor counts as one wave
 SHORT_GRID_WAVES = 1.5  # the blocks per multiprocessor a split aims at where one wave is short
-
-
-def _cfg(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, split: int = 1) -> dict:
-    return {
-        "bm": bm,
-        "bn": bn,
-        "bk": bk,
-        "warps_m": warps_m,
-        "warps_n": warps_n,
-        "stages": stages,
-        "frag_bufs": 1,
-        "split_k": split,
-    }
 
 
 # default_config's choices: the fastest on the ResNet-50 layers at batch 32 on an H200 among 7
@@ -79,16 +64,12 @@ def tiles(problem: ConvProblem, config: dict[str, int]) -> int:
 
 def smem_bytes(config: dict[str, int]) -> int:
     """The pipeline's stages, or the epilogue's tile and row offsets (igemm_core.h)."""
-    pipeline = config["stages"] * (config["bm"] + config["bn"]) * config["bk"] * 2
-    epilogue = config["bm"] * (config["bn"] + 8) * 2 + config["bm"] * 4
-    return max(pipeline, epilogue)
+    return tile_smem_bytes(config, row_offsets=True)
 
 
 def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
     """The fp32 partial dw of each slice of a split reduction (none without a split)."""
-    if config["split_k"] == 1:
-        return 0
-    return config["split_k"] * problem.w.element_space * 4
+    return split_workspace_bytes(config, problem.w.element_space)
 
 
 def default_split(problem: ConvProblem, config: dict[str, int], cus: int) -> int:
@@ -107,21 +88,30 @@ def default_split(problem: ConvProblem, config: dict[str, int], cus: int) -> int
     return split
 
 
-class ConvIgemmWrwNhwc(TunableSolver):
+def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
+    """igemm_wrw: grid (dw tiles, split slices) of ``threads(config)``; with a split,
+    igemm_wrw_splitk_reduce, one work item per 8 dw values."""
+    k, c, r, s = problem.w.lens
+    defines = shape_defines(problem, config)
+    local = threads(config)
+    split = config["split_k"]
+    grid = (tiles(problem, config) * local, split)
+    specs = [KernelSpec("igemm_wrw", "igemm_wrw", defines, grid, (local, 1))]
+    if split > 1:
+        specs.append(reduce_spec("igemm_wrw", "igemm_wrw_splitk_reduce", defines, k * r * s * c))
+    return specs
+
+
+class ConvIgemmWrwNhwc(IgemmSolver):
     name = "ConvIgemmWrwNhwc"
     id = 203  # no MIOpen counterpart; outside the range of its solver ids
-    algorithm = "implicit_gemm"
-
-    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        return nhwc_tensor_core_reason(ctx, problem, Direction.BACKWARD_WEIGHTS)
-
-    # ---- configs ---------------------------------------------------------------------------------
-    def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        if not tile_config_ok(ctx, config, DOMAIN):
-            return False
-        if config["split_k"] > k_tiles(problem, config):
-            return False  # slices with nothing to sum
-        return smem_bytes(config) <= smem_limit(ctx)
+    direction = Direction.BACKWARD_WEIGHTS
+    reads, writes = ("x", "y"), "w"  # backward weights: x and dy (role y) are read, dw (role w) written
+    domain = DOMAIN
+    reduction_tiles = staticmethod(k_tiles)
+    smem_bytes = staticmethod(smem_bytes)
+    workspace_bytes = staticmethod(workspace_bytes)
+    kernel_specs = staticmethod(kernel_specs)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """DEFAULT_NARROW for K <= 64 with a dw row longer than 64, else DEFAULT_WIDE
@@ -137,79 +127,12 @@ class ConvIgemmWrwNhwc(TunableSolver):
         """Valid configs with blocks no taller than the next power of two of K (at least 32),
         128 threads or more for tiles of 64 x 64 and up, and splits from a quarter to twice
         default_split's (1 included where that range reaches it)."""
-        k = problem.w.lens[0]
-        cap_m = max(32, 1 << (k - 1).bit_length())
         cus = compute_units(ctx)
         out = []
-        for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
-            config = dict(zip(FIELDS, values))
-            if config["bm"] > cap_m:
-                continue
-            if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
-                continue
+        for config in tile_candidates(DOMAIN, cap_m=pow2_cap(problem.w.lens[0])):
             best = default_split(problem, config, cus)
             if not best / 4 <= config["split_k"] <= best * 2:
                 continue
             if self.is_valid_config(ctx, problem, config):
                 out.append(config)
         return out or [self.default_config(ctx, problem)]
-
-    # ---- program ---------------------------------------------------------------------------------
-    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
-        return workspace_bytes(problem, config or self.default_config(ctx, problem))
-
-    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
-        if config is None:
-            config = self.default_config(ctx, problem)
-        elif not self.is_valid_config(ctx, problem, config):
-            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
-        specs = kernel_specs(problem, config)
-        split = config["split_k"] > 1
-        partials = Workspace() if split else None
-        # backward weights: x and dy (role y) are read, dw (role w) is written
-        steps = [
-            Launch(specs[0], (Tensor("x"), Tensor("y"), Tensor("w"), partials), shared_mem=smem_bytes(config))
-        ]
-        if split:
-            steps.append(Launch(specs[1], (Workspace(), Tensor("w"))))
-        return Program(tuple(steps), workspace=workspace_bytes(problem, config))
-
-
-def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
-    """igemm_wrw: grid (dw tiles, split slices) of ``threads(config)``; with a split,
-    igemm_wrw_splitk_reduce, one work item per 8 dw values."""
-    n, c, h, w = problem.x.lens
-    k, _, r, s = problem.w.lens
-    _, _, p, q = problem.y.lens
-    shape = {
-        "N": n,
-        "C": c,
-        "H": h,
-        "W": w,
-        "K": k,
-        "R": r,
-        "S": s,
-        "P": p,
-        "Q": q,
-        "PH": problem.pads[0],
-        "PW": problem.pads[1],
-        "SH": problem.conv.strides[0],
-        "SW": problem.conv.strides[1],
-        "DH": problem.conv.dilations[0],
-        "DW": problem.conv.dilations[1],
-    }
-    defines: dict[str, Any] = {"MIOPY_DTYPE": problem.dtype.code}
-    defines.update({f"IG_{name}": int(v) for name, v in shape.items()})
-    defines.update({f"IG_{f.upper()}": config[f] for f in FIELDS})
-    local = threads(config)
-    split = config["split_k"]
-    grid = (tiles(problem, config) * local, split)
-    specs = [KernelSpec("igemm_wrw", "igemm_wrw", defines, grid, (local, 1))]
-    if split > 1:
-        groups = -(-(k * r * s * c // 8) // REDUCE_THREADS)
-        specs.append(
-            KernelSpec(
-                "igemm_wrw", "igemm_wrw_splitk_reduce", defines, (groups * REDUCE_THREADS,), (REDUCE_THREADS,)
-            )
-        )
-    return specs

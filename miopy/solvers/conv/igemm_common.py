@@ -1,0 +1,263 @@
+"""What the tensor-core implicit-GEMM solvers share (implicit_gemm.py forward, implicit_gemm_bwd.py
+backward data, implicit_gemm_wrw.py backward weights; kernels/cuda/igemm_*.cu): the config's
+fields and their ranges, the applicability rule, the config checks, the kernels' shape defines,
+the split-K reduction step and the program of one GEMM kernel plus, with a split, its sum.
+
+A config is the block tile (``bm`` x ``bn`` outputs, ``bk`` reduction elements per pipeline
+stage), the warp grid (``warps_m`` x ``warps_n``), the cp.async pipeline depth (``stages``), the
+fragment buffers (``frag_bufs``) and the split of the reduction (``split_k``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from miopy.errors import bad
+from miopy.problem.conv import ConvProblem, Direction
+from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
+from miopy.solvers.base import TunableSolver
+from miopy.tensor import DataType, packed_strides
+
+DOMAIN: dict[str, tuple[int, ...]] = {
+    "bm": (32, 64, 128, 256),  # GEMM rows per block
+    "bn": (32, 64, 128, 256),  # GEMM columns per block
+    "bk": (32, 64),  # reduction elements (channels or pixels) per pipeline stage
+    "warps_m": (1, 2, 4),
+    "warps_n": (1, 2, 4),
+    "stages": (2, 3, 4, 5),
+    "frag_bufs": (1, 2),  # 2: the next k-step's fragments load during this one's MMAs
+    "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction (fp32 partial sums, then a sum)
+}
+FIELDS = tuple(DOMAIN)
+DEFAULT_SMEM = 48 * 1024  # shared memory per block where the device does not say more
+MAX_WARP_OUTPUTS = 64 * 64  # fp32 accumulators per warp (64 per thread) beyond which registers spill
+MIN_THREADS, MAX_THREADS = 64, 256
+INT32_MAX = 2**31 - 1
+REDUCE_THREADS = 256  # the work-group of the split-K sum kernels
+MIN_SLICE_TILES = 8  # pipeline steps of each slice of a split reduction, at least (search space)
+SMALL_GRID_PER_CU = 2  # fewer blocks than this per multiprocessor: the small-grid default
+
+
+def tile_config(
+    bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, frag_bufs: int = 1, split_k: int = 1
+) -> dict[str, int]:
+    return {
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "warps_m": warps_m,
+        "warps_n": warps_n,
+        "stages": stages,
+        "frag_bufs": frag_bufs,
+        "split_k": split_k,
+    }
+
+
+def threads(config: dict[str, int]) -> int:
+    return config["warps_m"] * config["warps_n"] * 32
+
+
+def tile_smem_bytes(config: dict[str, int], row_offsets: bool) -> int:
+    """Dynamic shared memory of a kernel: the pipeline's stages, or the epilogue's output tile
+    (rows padded by 8 elements) with, where ``row_offsets``, one int per row (igemm_core.h)."""
+    pipeline = config["stages"] * (config["bm"] + config["bn"]) * config["bk"] * 2
+    epilogue = config["bm"] * (config["bn"] + 8) * 2 + (config["bm"] * 4 if row_offsets else 0)
+    return max(pipeline, epilogue)
+
+
+def split_workspace_bytes(config: dict[str, int], elements: int) -> int:
+    """The fp32 partial outputs (``elements`` each) of a split reduction; none without a split."""
+    return 0 if config["split_k"] == 1 else config["split_k"] * elements * 4
+
+
+def is_nhwc(desc) -> bool:
+    return tuple(desc.strides) == packed_strides(tuple(desc.lens), "NHWC")
+
+
+def smem_limit(ctx) -> int:
+    """Dynamic shared memory a block may have on the device (227 KB on Hopper)."""
+    info = getattr(ctx, "info", None)
+    if info is None:
+        return DEFAULT_SMEM
+    return info.max_dynamic_shared or info.local_mem_size
+
+
+def compute_units(ctx) -> int:
+    info = getattr(ctx, "info", None)
+    return 132 if info is None else max(1, info.compute_units)
+
+
+def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+    """Why the tensor-core implicit-GEMM kernels cannot take ``problem`` in ``direction`` (None
+    when they can): CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC tensors, C and K multiples
+    of 8, every tensor under 2^31 elements (the kernels index with int32)."""
+    backend = getattr(ctx, "backend_name", None)
+    if backend != "cuda":
+        return f"backend is {backend}, not cuda"
+    if problem.direction is not direction:
+        return f"direction is {problem.direction.name}"
+    if problem.spatial_dims != 2:
+        return "3-d convolution"
+    if problem.dtype not in (DataType.FP16, DataType.BF16):
+        return f"dtype is {problem.dtype.value}, not FP16 or BF16"
+    if problem.conv.groups != 1:
+        return f"groups={problem.conv.groups}"
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        if not is_nhwc(desc):
+            return f"{role} is not packed NHWC"
+    c = problem.x.lens[1]
+    k = problem.w.lens[0]
+    if c % 8 or k % 8:
+        return f"C={c} and K={k} must be multiples of 8"
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        if desc.element_space > INT32_MAX:
+            return f"{role} has more than 2^31 elements"
+    return None
+
+
+def tile_config_ok(ctx, config: Any, domain: dict[str, tuple[int, ...]]) -> bool:
+    """A config of the tensor-core kernels is well formed: exactly ``domain``'s fields with
+    values from it, warp tiles of whole 16 x 16 fragments that fit the registers, 64 to 256
+    threads (no more than the device allows), and tiles every thread copies evenly."""
+    if not isinstance(config, dict) or set(config) != set(domain):
+        return False
+    for key, value in config.items():
+        if type(value) is not int or value not in domain[key]:
+            return False
+    if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
+        return False
+    wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
+    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+        return False
+    t = threads(config)
+    info = getattr(ctx, "info", None)
+    max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
+    if not MIN_THREADS <= t <= max_threads:
+        return False
+    chunks = config["bk"] // 8
+    return (config["bm"] * chunks) % t == 0 and (config["bn"] * chunks) % t == 0
+
+
+def pow2_cap(extent: int) -> int:
+    """The next power of two of ``extent``, at least 32: the widest block worth trying."""
+    return max(32, 1 << (extent - 1).bit_length())
+
+
+def tile_candidates(
+    domain: dict[str, tuple[int, ...]], cap_m: int | None = None, cap_n: int | None = None
+) -> Iterator[dict[str, int]]:
+    """Every config of ``domain`` with ``bm`` <= ``cap_m`` and ``bn`` <= ``cap_n`` (where given)
+    and 128 threads or more for tiles of 64 x 64 and up (search spaces start here)."""
+    for values in itertools.product(*(domain[f] for f in FIELDS)):
+        config = dict(zip(FIELDS, values))
+        if (cap_m is not None and config["bm"] > cap_m) or (cap_n is not None and config["bn"] > cap_n):
+            continue
+        if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
+            continue
+        yield config
+
+
+def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) -> dict[str, Any]:
+    """The kernels' compile-time defines: MIOPY_DTYPE, the conv view's shape as IG_N ... IG_DW
+    (and ``extra`` as IG_<name>), and the config's fields as IG_<FIELD>."""
+    n, c, h, w = problem.x.lens
+    k, _, r, s = problem.w.lens
+    _, _, p, q = problem.y.lens
+    shape = {
+        "N": n,
+        "C": c,
+        "H": h,
+        "W": w,
+        "K": k,
+        "R": r,
+        "S": s,
+        "P": p,
+        "Q": q,
+        "PH": problem.pads[0],
+        "PW": problem.pads[1],
+        "SH": problem.conv.strides[0],
+        "SW": problem.conv.strides[1],
+        "DH": problem.conv.dilations[0],
+        "DW": problem.conv.dilations[1],
+        **extra,
+    }
+    defines: dict[str, Any] = {"MIOPY_DTYPE": problem.dtype.code}
+    defines.update({f"IG_{name}": int(v) for name, v in shape.items()})
+    defines.update({f"IG_{f.upper()}": config[f] for f in FIELDS})
+    return defines
+
+
+def reduce_spec(file: str, name: str, defines: dict[str, Any], elements: int) -> KernelSpec:
+    """The split-K sum kernel ``name`` of ``file``: one work item per 8 of ``elements`` outputs."""
+    groups = -(-(elements // 8) // REDUCE_THREADS)
+    return KernelSpec(file, name, defines, (groups * REDUCE_THREADS,), (REDUCE_THREADS,))
+
+
+class IgemmSolver(TunableSolver):
+    """A tensor-core implicit-GEMM solver: one GEMM kernel reading roles ``reads`` and writing
+    role ``writes`` (with a split reduction, into fp32 partials in the workspace that a second
+    kernel sums into ``writes``). A subclass names its direction and roles and gives, as static
+    methods, its reduction's pipeline steps (``reduction_tiles``, what the split divides), its
+    shared memory, its workspace and its kernels."""
+
+    algorithm = "implicit_gemm"
+    direction: ClassVar[Direction]
+    reads: ClassVar[tuple[str, str]]
+    writes: ClassVar[str]
+    domain: ClassVar[dict[str, tuple[int, ...]]] = DOMAIN
+    reduction_tiles: ClassVar[Callable[[ConvProblem, dict[str, int]], int]]
+    smem_bytes: ClassVar[Callable[[dict[str, int]], int]]
+    workspace_bytes: ClassVar[Callable[[ConvProblem, dict[str, int]], int]]
+    kernel_specs: ClassVar[Callable[[ConvProblem, dict[str, int]], list[KernelSpec]]]
+
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        return nhwc_tensor_core_reason(ctx, problem, self.direction)
+
+    # ---- configs ---------------------------------------------------------------------------------
+    def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
+        if not tile_config_ok(ctx, config, self.domain):
+            return False
+        if config["split_k"] > self.reduction_tiles(problem, config):
+            return False  # slices with nothing to sum
+        return self.smem_bytes(config) <= smem_limit(ctx)
+
+    def default_with_small_grid(
+        self, ctx, problem: ConvProblem, chain: list[dict], grid_blocks: Callable[[ConvProblem, dict], int]
+    ) -> dict[str, Any]:
+        """The first valid config of ``chain`` (the first choice, the small-grid choice, then
+        fallbacks); where the first choice is valid but its grid has fewer than
+        SMALL_GRID_PER_CU blocks per multiprocessor, the next valid one; the last of ``chain``
+        where none is valid."""
+        first = chain[0]
+        valid = [cfg for cfg in chain if self.is_valid_config(ctx, problem, cfg)]
+        if not valid:
+            return dict(chain[-1])
+        small = grid_blocks(problem, first) < SMALL_GRID_PER_CU * compute_units(ctx)
+        if valid[0] is first and small and len(valid) > 1:
+            return dict(valid[1])
+        return dict(valid[0])
+
+    # ---- program ---------------------------------------------------------------------------------
+    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
+        return self.workspace_bytes(problem, config or self.default_config(ctx, problem))
+
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
+        if config is None:
+            config = self.default_config(ctx, problem)
+        elif not self.is_valid_config(ctx, problem, config):
+            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        specs = self.kernel_specs(problem, config)
+        split = config["split_k"] > 1
+        partials = Workspace() if split else None
+        a, b = self.reads
+        steps = [
+            Launch(
+                specs[0],
+                (Tensor(a), Tensor(b), Tensor(self.writes), partials),
+                shared_mem=self.smem_bytes(config),
+            )
+        ]
+        if split:
+            steps.append(Launch(specs[1], (Workspace(), Tensor(self.writes))))
+        return Program(tuple(steps), workspace=self.workspace_bytes(problem, config))
