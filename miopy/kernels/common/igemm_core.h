@@ -1,7 +1,7 @@
-/* The machinery shared by the implicit-GEMM kernels of the backward directions (igemm_bwd.cu,
-   igemm_wrw.cu): fragment loads from swizzled tiles in either orientation, the STAGES-deep
-   cp.async main loop, the epilogue (through shared memory, 16-byte stores) and the split-K
-   partial sums. CUDA only (sm_80 and later).
+/* The machinery shared by the implicit-GEMM kernels (igemm_fwd.cu, igemm_bwd.cu, igemm_wrw.cu):
+   fragment loads from swizzled tiles in either orientation, the STAGES-deep cp.async main loop,
+   the epilogue of the backward kernels (through shared memory, 16-byte stores) and the split-K
+   sum. CUDA only (sm_80 and later).
 
    GEMM D[m][n] = sum_j A[m][j] * B[n][j], fp32 accumulators, each warp a WM x WN tile of MI m16
    by NI n8 fragments. A tile lies in shared memory either m-major (rows m, the reduction index j
@@ -47,6 +47,30 @@ DEVICE_FN void frags_b_kmajor(u32 tile, int wn0, int ks, int lane, u32 (&bf)[NI]
     for(int j = 0; j < NI / 2; ++j)
         ldmatrix_x4_trans(tile + swizzle<RC>(row, chunk + j * 2) * 16, bf[2 * j][0], bf[2 * j][1],
                           bf[2 * j + 1][0], bf[2 * j + 1][1]);
+}
+
+/* B fragments from an n-major tile (rows n, RC chunks of j): matrix q = lane / 8 is k half q % 2,
+   n half q / 2, so one ldmatrix gives b0, b1 of two n8 fragments. */
+template <int NI, int RC>
+DEVICE_FN void frags_b_nmajor(u32 tile, int wn0, int ks, int lane, u32 (&bf)[NI][2])
+{
+    const int row = wn0 + (lane & 7) + ((lane >> 4) << 3), chunk = ks * 2 + ((lane >> 3) & 1);
+#pragma unroll
+    for(int j = 0; j < NI / 2; ++j)
+        ldmatrix_x4(tile + swizzle<RC>(row + j * 16, chunk) * 16, bf[2 * j][0], bf[2 * j][1], bf[2 * j + 1][0],
+                    bf[2 * j + 1][1]);
+}
+
+template <int MI, int NI>
+DEVICE_FN void zero_acc(float (&acc)[MI][NI][4])
+{
+#pragma unroll
+    for(int i = 0; i < MI; ++i)
+#pragma unroll
+        for(int j = 0; j < NI; ++j)
+#pragma unroll
+            for(int e = 0; e < 4; ++e)
+                acc[i][j][e] = 0.0f;
 }
 
 /* The main loop over `nkt` reduction tiles: load_tile(stage, t) issues the cp.async copies of

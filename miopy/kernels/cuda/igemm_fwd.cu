@@ -7,9 +7,10 @@
    lies), and D is y as it lies (NHWC: row m holds the K channels of pixel m).
 
    A block computes a BM x BN tile of D. BK-wide slices of A and B go global -> shared through a
-   STAGES-deep cp.async pipeline in dynamic shared memory (the launch gives IG_SMEM_CHUNKS * 16
-   bytes) (16-byte copies of 8 channels; padding, taps past KD and rows
-   past M are zero-filled), swizzled (common/mma_sm80.h) so ldmatrix reads are conflict-free.
+   STAGES-deep cp.async pipeline in dynamic shared memory (common/igemm_core.h's main loop; the
+   launch gives IG_SMEM_CHUNKS * 16 bytes) (16-byte copies of 8 channels; padding, taps past KD
+   and rows past M are zero-filled), swizzled (common/mma_sm80.h) so ldmatrix reads are
+   conflict-free.
    Warps are a WARPS_M x WARPS_N grid, each computing a (BM/WARPS_M) x (BN/WARPS_N) tile with
    mma.sync m16n8k16. The epilogue rounds the fp32 tile to data_t through shared memory and
    writes it with 16-byte stores, whole rows of the tile at a time. With IG_SPLIT_K > 1 the
@@ -17,7 +18,6 @@
    (IG_SPLIT_K x M x K floats), and igemm_splitk_reduce sums them into y.
 
    Needs C % 8 == 0 and K % 8 == 0 (16-byte chunks never straddle a tap or the end of a row). */
-#include "common/mma_sm80.h"
 
 // miopy-compile-test: -DMIOPY_DTYPE=1
 // miopy-compile-test: -DMIOPY_DTYPE=2
@@ -27,25 +27,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
-/* Defaults only so that the file compiles on its own (the CUDA compile test); the solver always
-   defines every one of these. */
-#ifndef IG_N
-#define IG_N 32
-#define IG_C 64
-#define IG_H 56
-#define IG_W 56
-#define IG_K 64
-#define IG_R 3
-#define IG_S 3
-#define IG_P 56
-#define IG_Q 56
-#define IG_PH 1
-#define IG_PW 1
-#define IG_SH 1
-#define IG_SW 1
-#define IG_DH 1
-#define IG_DW 1
-#endif
+/* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
+   the solver always defines them); the shape's are in common/igemm_defines.h. */
 #ifndef IG_BM
 #define IG_BM 128
 #define IG_BN 64
@@ -54,25 +37,12 @@
 #define IG_WARPS_N 2
 #define IG_STAGES 3
 #endif
-#ifndef IG_FRAG_BUFS
-#define IG_FRAG_BUFS 1 /* 2: double-buffered fragments */
-#endif
-#ifndef IG_SPLIT_K
-#define IG_SPLIT_K 1 /* the reduction split over this many blocks (blockIdx.y), summed by igemm_splitk_reduce */
-#endif
-
-#if MIOPY_DTYPE == 0
-#error "igemm_fwd is for fp16 and bf16 (MIOPY_DTYPE 1 or 2)"
-#endif
+#include "common/igemm_defines.h"
+#include "common/igemm_core.h"
 
 #define IG_M (IG_N * IG_P * IG_Q)
 #define IG_KD (IG_R * IG_S * IG_C)
-#define IG_THREADS (IG_WARPS_M * IG_WARPS_N * 32)
 #define IG_CH (IG_BK / 8)                  /* 16-byte chunks per tile row */
-#define IG_WM (IG_BM / IG_WARPS_M)         /* warp tile */
-#define IG_WN (IG_BN / IG_WARPS_N)
-#define IG_MI (IG_WM / 16)                 /* m16 fragments per warp */
-#define IG_NI (IG_WN / 8)                  /* n8 fragments per warp */
 #define IG_A_ITERS (IG_BM * IG_CH / IG_THREADS)
 #define IG_B_ITERS (IG_BN * IG_CH / IG_THREADS)
 #define IG_ROW_STEP (IG_THREADS / IG_CH)   /* tile rows one pass of the block loads */
@@ -84,12 +54,7 @@
 #define IG_TILES_N ((IG_K + IG_BN - 1) / IG_BN)
 #define IG_KT ((IG_KD + IG_BK - 1) / IG_BK)
 
-static_assert(IG_C % 8 == 0 && IG_K % 8 == 0, "C and K must be multiples of 8");
-static_assert(IG_BK == 32 || IG_BK == 64, "BK is 32 or 64");
-static_assert(IG_WM % 16 == 0 && IG_WN % 16 == 0, "warp tiles are multiples of 16");
 static_assert(IG_BM * IG_CH % IG_THREADS == 0 && IG_BN * IG_CH % IG_THREADS == 0, "even loads");
-static_assert(IG_STAGES >= 2, "at least two stages");
-static_assert(IG_FRAG_BUFS == 1 || IG_FRAG_BUFS == 2, "one or two fragment buffers");
 static_assert(IG_SMEM_CHUNKS * 16 <= 227 * 1024, "at most 227 KB of shared memory per block");
 
 KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w,
@@ -127,10 +92,10 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
         a_iw[i] = q * IG_SW - IG_PW;
     }
 
-    auto load_tile = [&](int stage, int kt) {
+    auto load_tile = [&](int stage, int t) { /* k-tile kt0 + t */
         const u32 a_dst = smem_base + stage * (IG_STAGE_CHUNKS * 16);
         const u32 b_dst = a_dst + IG_BM * IG_CH * 16;
-        const int kk = kt * IG_BK + col * 8;
+        const int kk = (kt0 + t) * IG_BK + col * 8;
         const int rs = kk / IG_C;
         const int c = kk - rs * IG_C;
         const int r = rs / IG_S;
@@ -155,103 +120,17 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
         }
     };
 
-    float acc[IG_MI][IG_NI][4];
-#pragma unroll
-    for(int i = 0; i < IG_MI; ++i)
-#pragma unroll
-        for(int j = 0; j < IG_NI; ++j)
-#pragma unroll
-            for(int e = 0; e < 4; ++e)
-                acc[i][j][e] = 0.0f;
-
     const int wm0 = (warp / IG_WARPS_N) * IG_WM;
     const int wn0 = (warp % IG_WARPS_N) * IG_WN;
-    /* per-lane ldmatrix rows and chunk offsets (see mma_16816's fragment layouts) */
-    const int a_row = wm0 + (lane & 15), a_chunk = lane >> 4;
-    const int b_row = wn0 + (lane & 7) + ((lane >> 4) << 3), b_chunk = (lane >> 3) & 1;
-
-    /* fragments of IG_FRAG_BUFS k-steps: with 2, the next is read from shared memory while the
-       tensor cores work on this one (more registers) */
-    u32 af[IG_FRAG_BUFS][IG_MI][4];
-    u32 bf[IG_FRAG_BUFS][IG_NI][2];
-    auto load_frags = [&](int buf, int stage, int ks) {
+    auto load_frags = [&](int stage, int ks, u32(&af)[IG_MI][4], u32(&bf)[IG_NI][2]) {
         const u32 a_tile = smem_base + stage * (IG_STAGE_CHUNKS * 16);
-        const u32 b_tile = a_tile + IG_BM * IG_CH * 16;
-#pragma unroll
-        for(int i = 0; i < IG_MI; ++i)
-            ldmatrix_x4(a_tile + swizzle<IG_CH>(a_row + i * 16, ks * 2 + a_chunk) * 16, af[buf][i][0],
-                        af[buf][i][1], af[buf][i][2], af[buf][i][3]);
-#pragma unroll
-        for(int j = 0; j < IG_NI / 2; ++j)
-            ldmatrix_x4(b_tile + swizzle<IG_CH>(b_row + j * 16, ks * 2 + b_chunk) * 16, bf[buf][2 * j][0],
-                        bf[buf][2 * j][1], bf[buf][2 * j + 1][0], bf[buf][2 * j + 1][1]);
+        frags_a_mmajor<IG_MI, IG_CH>(a_tile, wm0, ks, lane, af);
+        frags_b_nmajor<IG_NI, IG_CH>(a_tile + IG_BM * IG_CH * 16, wn0, ks, lane, bf);
     };
 
-#pragma unroll
-    for(int s = 0; s < IG_STAGES - 1; ++s)
-    {
-        if(s < nkt)
-            load_tile(s, kt0 + s);
-        cp_async_commit();
-    }
-    int read_stage = 0;
-    int write_stage = IG_STAGES - 1;
-    constexpr int KSTEPS = IG_BK / 16;
-#if IG_FRAG_BUFS == 2
-    cp_async_wait<IG_STAGES - 2>();
-    __syncthreads();
-    load_frags(0, 0, 0);
-    for(int t = 0; t < nkt; ++t)
-    {
-#pragma unroll
-        for(int ks = 0; ks < KSTEPS; ++ks)
-        {
-            if(ks == KSTEPS - 1)
-            {
-                /* tile t + 1 is in, and every warp has read its last fragments of tile t - 1 */
-                cp_async_wait<IG_STAGES - 2>();
-                __syncthreads();
-                read_stage = read_stage == IG_STAGES - 1 ? 0 : read_stage + 1;
-            }
-            load_frags((ks + 1) & 1, read_stage, (ks + 1) % KSTEPS);
-            if(ks == 0)
-            {
-                /* refill the stage tile t - 1 used: all its reads are done */
-                if(t + IG_STAGES - 1 < nkt)
-                    load_tile(write_stage, kt0 + t + IG_STAGES - 1);
-                cp_async_commit();
-                write_stage = write_stage == IG_STAGES - 1 ? 0 : write_stage + 1;
-            }
-#pragma unroll
-            for(int i = 0; i < IG_MI; ++i)
-#pragma unroll
-                for(int j = 0; j < IG_NI; ++j)
-                    mma_16816(acc[i][j], af[ks & 1][i], bf[ks & 1][j]);
-        }
-    }
-#else
-    for(int t = 0; t < nkt; ++t)
-    {
-        cp_async_wait<IG_STAGES - 2>();
-        __syncthreads(); /* tile t is in; every warp is done with the stage refilled next */
-        if(t + IG_STAGES - 1 < nkt)
-            load_tile(write_stage, kt0 + t + IG_STAGES - 1);
-        cp_async_commit();
-        write_stage = write_stage == IG_STAGES - 1 ? 0 : write_stage + 1;
-#pragma unroll
-        for(int ks = 0; ks < KSTEPS; ++ks)
-        {
-            load_frags(0, read_stage, ks);
-#pragma unroll
-            for(int i = 0; i < IG_MI; ++i)
-#pragma unroll
-                for(int j = 0; j < IG_NI; ++j)
-                    mma_16816(acc[i][j], af[0][i], bf[0][j]);
-        }
-        read_stage = read_stage == IG_STAGES - 1 ? 0 : read_stage + 1;
-    }
-#endif
-    cp_async_wait<0>();
+    float acc[IG_MI][IG_NI][4];
+    zero_acc(acc);
+    mma_mainloop<IG_STAGES, IG_BK / 16, IG_FRAG_BUFS>(nkt, load_tile, load_frags, acc);
 
 #if IG_SPLIT_K > 1
     /* ---- split-K epilogue: fp32 partial sums to the workspace, slice blockIdx.y ---- */
@@ -273,8 +152,8 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
             }
         }
 #else
-    /* ---- epilogue: fp32 -> data_t into shared memory, then 16-byte rows out ---- */
-    __syncthreads();
+    /* ---- epilogue: fp32 -> data_t into shared memory (the main loop is done with it), then
+       16-byte rows out ---- */
     u32* ctile = reinterpret_cast<u32*>(smem);
 #pragma unroll
     for(int i = 0; i < IG_MI; ++i)
@@ -304,25 +183,5 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
 /* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */
 KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y)
 {
-    const i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-    if(e >= (i64)IG_M * IG_K)
-        return;
-    float v[8];
-    const float4* p = reinterpret_cast<const float4*>(ws + e);
-    float4 lo = p[0], hi = p[1];
-    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-#pragma unroll
-    for(int s = 1; s < IG_SPLIT_K; ++s)
-    {
-        p = reinterpret_cast<const float4*>(ws + (i64)s * IG_M * IG_K + e);
-        lo = p[0], hi = p[1];
-        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
-        v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
-    }
-    uint4 out;
-    out.x = pack2(v[0], v[1]);
-    out.y = pack2(v[2], v[3]);
-    out.z = pack2(v[4], v[5]);
-    out.w = pack2(v[6], v[7]);
-    *reinterpret_cast<uint4*>(y + e) = out;
+    splitk_sum<IG_SPLIT_K>(ws, y, (i64)IG_M * IG_K);
 }

@@ -14,7 +14,6 @@
    floats) and igemm_wrw_splitk_reduce sums them into dw in its data type.
 
    Needs C % 8 == 0 and K % 8 == 0. */
-#include "common/igemm_core.h"
 
 // miopy-compile-test: -DMIOPY_DTYPE=1
 // miopy-compile-test: -DMIOPY_DTYPE=2
@@ -22,25 +21,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=48 -DIG_BM=128 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
-/* Defaults only so that the file compiles on its own (the CUDA compile test); the solver always
-   defines every one of these. */
-#ifndef IG_N
-#define IG_N 32
-#define IG_C 64
-#define IG_H 56
-#define IG_W 56
-#define IG_K 64
-#define IG_R 3
-#define IG_S 3
-#define IG_P 56
-#define IG_Q 56
-#define IG_PH 1
-#define IG_PW 1
-#define IG_SH 1
-#define IG_SW 1
-#define IG_DH 1
-#define IG_DW 1
-#endif
+/* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
+   the solver always defines them); the shape's are in common/igemm_defines.h. */
 #ifndef IG_BM
 #define IG_BM 64
 #define IG_BN 128
@@ -49,22 +31,12 @@
 #define IG_WARPS_N 2
 #define IG_STAGES 4
 #endif
-#ifndef IG_FRAG_BUFS
-#define IG_FRAG_BUFS 1
-#endif
 #ifndef IG_SPLIT_K
 #define IG_SPLIT_K 16
 #endif
+#include "common/igemm_defines.h"
+#include "common/igemm_core.h"
 
-#if MIOPY_DTYPE == 0
-#error "igemm_wrw is for fp16 and bf16 (MIOPY_DTYPE 1 or 2)"
-#endif
-
-#define IG_THREADS (IG_WARPS_M * IG_WARPS_N * 32)
-#define IG_WM (IG_BM / IG_WARPS_M)
-#define IG_WN (IG_BN / IG_WARPS_N)
-#define IG_MI (IG_WM / 16)
-#define IG_NI (IG_WN / 8)
 #define IG_ACH (IG_BM / 8) /* A tile: BK pixel rows of BM channels of dy */
 #define IG_BCH (IG_BN / 8) /* B tile: BK pixel rows of BN filter taps (r, s, c) */
 #define IG_A_ITERS (IG_BK * IG_ACH / IG_THREADS)
@@ -78,9 +50,6 @@
 #define IG_KT ((IG_NPQ + IG_BK - 1) / IG_BK)
 #define IG_TILES_N ((IG_RSC + IG_BN - 1) / IG_BN)
 
-static_assert(IG_C % 8 == 0 && IG_K % 8 == 0, "C and K must be multiples of 8");
-static_assert(IG_BK == 32 || IG_BK == 64, "BK is 32 or 64");
-static_assert(IG_WM % 16 == 0 && IG_WN % 16 == 0, "warp tiles are multiples of 16");
 static_assert(IG_BK * IG_ACH % IG_THREADS == 0 && IG_BK * IG_BCH % IG_THREADS == 0, "even loads");
 static_assert(IG_STAGES * IG_STAGE_BYTES <= 227 * 1024, "at most 227 KB of shared memory per block");
 
@@ -152,13 +121,7 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_wrw(const data_t* RESTRICT x, co
     };
 
     float acc[IG_MI][IG_NI][4];
-#pragma unroll
-    for(int i = 0; i < IG_MI; ++i)
-#pragma unroll
-        for(int j = 0; j < IG_NI; ++j)
-#pragma unroll
-            for(int e = 0; e < 4; ++e)
-                acc[i][j][e] = 0.0f;
+    zero_acc(acc);
     mma_mainloop<IG_STAGES, IG_BK / 16, IG_FRAG_BUFS>(nkt, load_tile, load_frags, acc);
 
     /* ---- epilogue: row r of the tile is dw row m0 + r ---- */

@@ -1,5 +1,5 @@
 """ConvIgemmFwdNhwc: implicit-GEMM forward convolution on tensor cores (MIOpen's ImplicitGemm
-family), CUDA only: kernels/cuda/igemm_fwd.cu with the helpers of kernels/common/mma_sm80.h.
+family), CUDA only: kernels/cuda/igemm_fwd.cu on kernels/common/igemm_core.h.
 
 GEMM view: M = N*Ho*Wo output pixels, N = K output channels, reduction over R*S*C filter taps,
 the im2col gather done while loading tiles (no workspace). fp16 or bf16 in, fp32 accumulation,

@@ -1,0 +1,52 @@
+/* The compile-time parameters every implicit-GEMM kernel shares (igemm_fwd.cu, igemm_bwd.cu,
+   igemm_wrw.cu; solvers/conv/igemm_common.py's shape_defines sets them): the conv view's shape
+   IG_N ... IG_DW, the config's IG_FRAG_BUFS and IG_SPLIT_K where a file gives no default of its
+   own, the warp tiling derived from the config, and the checks every kernel needs.
+
+   The shape defaults only let a file compile on its own (the CUDA compile test); the solvers
+   define every one. A kernel file defines its own tile defaults (IG_BM, IG_BN, IG_BK,
+   IG_WARPS_M, IG_WARPS_N, IG_STAGES) before including this. */
+#ifndef MIOPY_IGEMM_DEFINES_H
+#define MIOPY_IGEMM_DEFINES_H
+
+#include "common/miopy_types.h"
+
+#ifndef IG_N
+#define IG_N 32
+#define IG_C 64
+#define IG_H 56
+#define IG_W 56
+#define IG_K 64
+#define IG_R 3
+#define IG_S 3
+#define IG_P 56
+#define IG_Q 56
+#define IG_PH 1
+#define IG_PW 1
+#define IG_SH 1
+#define IG_SW 1
+#define IG_DH 1
+#define IG_DW 1
+#endif
+#ifndef IG_FRAG_BUFS
+#define IG_FRAG_BUFS 1 /* 2: double-buffered fragments */
+#endif
+#ifndef IG_SPLIT_K
+#define IG_SPLIT_K 1 /* the reduction split over this many blocks, summed by a second kernel */
+#endif
+
+#if MIOPY_DTYPE == 0
+#error "the implicit-GEMM kernels are for fp16 and bf16 (MIOPY_DTYPE 1 or 2)"
+#endif
+
+#define IG_THREADS (IG_WARPS_M * IG_WARPS_N * 32)
+#define IG_WM (IG_BM / IG_WARPS_M) /* warp tile */
+#define IG_WN (IG_BN / IG_WARPS_N)
+#define IG_MI (IG_WM / 16) /* m16 fragments per warp */
+#define IG_NI (IG_WN / 8)  /* n8 fragments per warp */
+
+static_assert(IG_C % 8 == 0 && IG_K % 8 == 0, "C and K must be multiples of 8");
+static_assert(IG_BK == 32 || IG_BK == 64, "BK is 32 or 64");
+static_assert(IG_WM % 16 == 0 && IG_WN % 16 == 0, "warp tiles are multiples of 16");
+
+#endif
