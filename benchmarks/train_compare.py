@@ -2,7 +2,7 @@
 batches) and print both loss curves and the step times side by side.
 
 Usage: python3 benchmarks/train_compare.py [--device cpu|cuda] [--steps 200] [--batch 64]
-       [--channels 32] [--channels-last]
+       [--channels 32] [--channels-last] [--batch-norm]
 On CUDA, PyTorch's layers run cuDNN; on the CPU, PyTorch's own kernels against miopy on OpenCL.
 """
 
@@ -29,6 +29,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--channels", type=int, default=32)
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--batch-norm", action="store_true", help="a BatchNorm2d after every convolution")
     p.add_argument("--tolerance", type=float, default=1e-3)
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (momentum 0.9)")
     a = p.parse_args()
@@ -40,11 +41,11 @@ def main() -> int:
     data = synthetic_cifar(batches=8, batch=a.batch)
     curves, times = {}, {}
     for layers in ("miopy", "torch"):
-        net = make_net(layers, channels=a.channels)
+        net = make_net(layers, channels=a.channels, batch_norm=a.batch_norm)
         curves[layers], times[layers] = train(net, data, a.steps, a.device, a.channels_last, a.lr)
     print(
         f"device {a.device}, batch {a.batch}, channels {a.channels}, "
-        f"channels_last {a.channels_last}, lr {a.lr}"
+        f"channels_last {a.channels_last}, batch_norm {a.batch_norm}, lr {a.lr}"
     )
     print(f"median step time: miopy {times['miopy'] * 1e3:.2f} ms, torch {times['torch'] * 1e3:.2f} ms")
     print("step  loss(miopy)  loss(torch)  |diff|")

@@ -1,9 +1,10 @@
 """PyTorch layers computed by miopy: autograd Functions and drop-in ``nn.Module``s.
 
 ``Conv2d``, ``Conv3d``, ``ConvTranspose2d``, ``ConvTranspose3d``, the activations (``ReLU``,
-``LeakyReLU``, ``ELU``, ``Sigmoid``, ``Tanh``, ``ReLU6``) and pooling (``MaxPool2d/3d``,
-``AvgPool2d/3d``) subclass their ``torch.nn``
-namesakes (same arguments, same parameters, same initialisation: with one seed both give the same
+``LeakyReLU``, ``ELU``, ``Sigmoid``, ``Tanh``, ``ReLU6``), pooling (``MaxPool2d/3d``,
+``AvgPool2d/3d``) and the normalisations (``BatchNorm1d/2d/3d``, ``Softmax``, ``LogSoftmax``,
+``LayerNorm``, ``GroupNorm``, ``LocalResponseNorm``: see ``miopy.torch_norm``) subclass their
+``torch.nn`` namesakes (same arguments, same parameters, same initialisation: with one seed both give the same
 weights) and replace only the computation: forward through miopy's forward solvers, backward
 through its backward-data and backward-weights solvers, on CUDA tensors (the CUDA backend, on
 PyTorch's current stream) and on CPU tensors (the default host backend: OpenCL, i.e. PoCL on a
@@ -32,6 +33,24 @@ from miopy.functional import conv as fconv
 from miopy.functional import pooling as fpool
 from miopy.problem.activation import ActivationMode
 from miopy.problem.pooling import PoolingDesc, PoolingMode
+from miopy.torch_norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    BatchNormFunction,
+    GroupNorm,
+    LayerNorm,
+    LocalResponseNorm,
+    LogSoftmax,
+    LRNFunction,
+    Softmax,
+    SoftmaxFunction,
+    batch_norm_function,
+    group_norm_function,
+    layer_norm_function,
+    lrn_function,
+    softmax_function,
+)
 
 
 class ConvFunction(torch.autograd.Function):
@@ -276,24 +295,40 @@ class AvgPool3d(_AvgPool, nn.AvgPool3d):
 
 
 __all__ = [
-    "ELU",
     "ActivationFunction",
     "AvgPool2d",
     "AvgPool3d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "BatchNormFunction",
     "Conv2d",
     "Conv3d",
     "ConvFunction",
     "ConvTranspose2d",
     "ConvTranspose3d",
+    "ELU",
+    "GroupNorm",
+    "LRNFunction",
+    "LayerNorm",
     "LeakyReLU",
+    "LocalResponseNorm",
+    "LogSoftmax",
     "MaxPool2d",
     "MaxPool3d",
     "PoolFunction",
     "ReLU",
     "ReLU6",
     "Sigmoid",
+    "Softmax",
+    "SoftmaxFunction",
     "Tanh",
     "activation_function",
+    "batch_norm_function",
     "conv_function",
+    "group_norm_function",
+    "layer_norm_function",
+    "lrn_function",
     "pool_function",
+    "softmax_function",
 ]

@@ -49,7 +49,7 @@ from miopy.functional.pooling import (
     pool_forward,
     pool_grad,
 )
-from miopy.functional.softmax import log_softmax, softmax, softmax_grad
+from miopy.functional.softmaxes import log_softmax, softmax, softmax_grad
 
 __all__ = [
     "activation",

@@ -11,20 +11,28 @@ from torch import nn
 import miopy.torch as mt
 
 
-def make_net(layers: str, seed: int = 0, channels: int = 16) -> nn.Module:
-    """conv-relu-maxpool x2, conv-relu, global average, linear; ``layers`` is "miopy" (every
-    conv, relu and max pool computed by miopy) or "torch"; one seed gives both the same weights."""
+def make_net(layers: str, seed: int = 0, channels: int = 16, batch_norm: bool = False) -> nn.Module:
+    """conv-[batch norm]-relu-maxpool x2, conv-[batch norm]-relu, global average, linear;
+    ``layers`` is "miopy" (every conv, batch norm, relu and max pool computed by miopy) or
+    "torch"; one seed gives both the same weights."""
     lib = {"miopy": mt, "torch": nn}[layers]
     torch.manual_seed(seed)
     c = channels
+
+    def norm(n: int) -> list[nn.Module]:
+        return [lib.BatchNorm2d(n)] if batch_norm else []
+
     return nn.Sequential(
         lib.Conv2d(3, c, 3, padding=1),
+        *norm(c),
         lib.ReLU(),
         lib.MaxPool2d(2),
         lib.Conv2d(c, 2 * c, 3, padding=1),
+        *norm(2 * c),
         lib.ReLU(),
         lib.MaxPool2d(2),
         lib.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1),
+        *norm(2 * c),
         lib.ReLU(),
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
