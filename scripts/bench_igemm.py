@@ -29,6 +29,7 @@ from miopy.engine.candidates import make_solution  # noqa: E402
 from miopy.handle import Handle  # noqa: E402
 from miopy.problem.conv import ConvDesc, ConvProblem  # noqa: E402
 from miopy.solution import InvokeArgs  # noqa: E402
+from miopy.solvers.conv.igemm_common import tile_config  # noqa: E402
 from miopy.solvers.conv.implicit_gemm import (  # noqa: E402
     PREFERRED,
     ConvIgemmFwdNhwc,
@@ -56,39 +57,30 @@ LAYERS = [
 ]
 
 
-def _cfg(bm, bn, bk, wm, wn, stages, split=1, bufs=1):
-    return {
-        "bm": bm,
-        "bn": bn,
-        "bk": bk,
-        "warps_m": wm,
-        "warps_n": wn,
-        "stages": stages,
-        "frag_bufs": bufs,
-        "split_k": split,
-    }
-
-
 _BASES = [
-    _cfg(128, 64, 64, 4, 1, 3),
-    _cfg(128, 64, 64, 2, 2, 2),
-    _cfg(128, 64, 64, 2, 2, 3),
-    _cfg(64, 64, 64, 2, 2, 3),
-    _cfg(64, 64, 64, 2, 2, 4),
-    _cfg(64, 128, 64, 2, 2, 2),
-    _cfg(64, 128, 64, 2, 2, 3),
-    _cfg(128, 128, 32, 2, 2, 3),
-    _cfg(128, 128, 32, 2, 2, 4),
-    _cfg(128, 128, 64, 2, 2, 3),
-    _cfg(128, 128, 32, 2, 4, 4),
-    _cfg(256, 128, 32, 4, 2, 3),
-    _cfg(256, 128, 64, 4, 2, 3),
-    _cfg(256, 64, 32, 4, 1, 4),
-    _cfg(32, 64, 64, 1, 2, 4),
+    tile_config(128, 64, 64, 4, 1, 3),
+    tile_config(128, 64, 64, 2, 2, 2),
+    tile_config(128, 64, 64, 2, 2, 3),
+    tile_config(64, 64, 64, 2, 2, 3),
+    tile_config(64, 64, 64, 2, 2, 4),
+    tile_config(64, 128, 64, 2, 2, 2),
+    tile_config(64, 128, 64, 2, 2, 3),
+    tile_config(128, 128, 32, 2, 2, 3),
+    tile_config(128, 128, 32, 2, 2, 4),
+    tile_config(128, 128, 64, 2, 2, 3),
+    tile_config(128, 128, 32, 2, 4, 4),
+    tile_config(256, 128, 32, 4, 2, 3),
+    tile_config(256, 128, 64, 4, 2, 3),
+    tile_config(256, 64, 32, 4, 1, 4),
+    tile_config(32, 64, 64, 1, 2, 4),
 ]
 EXTRA = [{**c, "frag_bufs": bufs} for c in _BASES for bufs in (1, 2)]
 # tried with a split reduction where the grid is small (fewer than 2 blocks per SM unsplit)
-SPLIT_BASES = [_cfg(64, 64, 64, 2, 2, 3), _cfg(64, 128, 64, 2, 2, 2), _cfg(128, 64, 64, 4, 1, 3)]
+SPLIT_BASES = [
+    tile_config(64, 64, 64, 2, 2, 3),
+    tile_config(64, 128, 64, 2, 2, 2),
+    tile_config(128, 64, 64, 4, 1, 3),
+]
 SPLITS = (2, 3, 4)
 ITERS, REPS, SETS = 100, 5, 3
 
@@ -152,13 +144,9 @@ def check_and_time(
     return rows
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dtypes", default="fp16,bf16")
-    ap.add_argument("--configs", default="all", choices=["all", "default"])
-    ap.add_argument("--layers", default="")
-    ap.add_argument("--json", default="")
-    args = ap.parse_args()
+def handle_next_to_cudnn() -> Handle:
+    """A CUDA handle, with cuDNN picking its fastest algorithm and TF32 off on both sides; prints
+    the device, torch and cuDNN."""
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -168,6 +156,17 @@ def main() -> int:
         f"cuDNN {torch.backends.cudnn.version()}",
         flush=True,
     )
+    return handle
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--configs", default="all", choices=["all", "default"])
+    ap.add_argument("--layers", default="")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    handle = handle_next_to_cudnn()
     results = []
     layers = [LAYERS[int(i)] for i in args.layers.split(",")] if args.layers else LAYERS
     for dtype in args.dtypes.split(","):

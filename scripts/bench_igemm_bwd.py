@@ -24,15 +24,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import torch  # noqa: E402
-from bench_igemm import SETS, check_and_time, kernel_facts  # noqa: E402
+from bench_igemm import SETS, check_and_time, handle_next_to_cudnn, kernel_facts  # noqa: E402
 from timing import Timer  # noqa: E402
 
 from miopy.engine.bench import compile_all  # noqa: E402
 from miopy.engine.candidates import make_solution  # noqa: E402
-from miopy.handle import Handle  # noqa: E402
 from miopy.problem.conv import ConvDesc, ConvProblem  # noqa: E402
 from miopy.solvers.conv import implicit_gemm_bwd as bwd  # noqa: E402
 from miopy.solvers.conv import implicit_gemm_wrw as wrw  # noqa: E402
+from miopy.solvers.conv.igemm_common import tile_config  # noqa: E402
 from miopy.solvers.conv.implicit_gemm import PREFERRED  # noqa: E402
 from miopy.tensor import TensorDesc  # noqa: E402
 
@@ -65,27 +65,14 @@ LAYERS = [
 SOLVERS = {"B": bwd.ConvIgemmBwdNhwc(), "W": wrw.ConvIgemmWrwNhwc()}
 
 
-def _wrw_cfg(bm, bn, bk, wm, wn, stages, bufs=1):
-    return {
-        "bm": bm,
-        "bn": bn,
-        "bk": bk,
-        "warps_m": wm,
-        "warps_n": wn,
-        "stages": stages,
-        "frag_bufs": bufs,
-        "split_k": 1,
-    }
-
-
 WRW_BASES = [
-    _wrw_cfg(64, 128, 32, 2, 2, 4),
-    _wrw_cfg(128, 128, 32, 2, 2, 4),
-    _wrw_cfg(64, 128, 64, 2, 2, 3),
-    _wrw_cfg(128, 128, 64, 2, 2, 3),
-    _wrw_cfg(128, 64, 64, 2, 2, 3),
-    _wrw_cfg(64, 64, 64, 2, 2, 4),
-    _wrw_cfg(128, 256, 32, 2, 4, 3),
+    tile_config(64, 128, 32, 2, 2, 4),
+    tile_config(128, 128, 32, 2, 2, 4),
+    tile_config(64, 128, 64, 2, 2, 3),
+    tile_config(128, 128, 64, 2, 2, 3),
+    tile_config(128, 64, 64, 2, 2, 3),
+    tile_config(64, 64, 64, 2, 2, 4),
+    tile_config(128, 256, 32, 2, 4, 3),
 ]
 WRW_SPLIT_FACTORS = (0.25, 0.5, 1, 2, 4)  # times default_split's choice
 BWD_BASES = [dict(c) for c in PREFERRED[:4]] + [
@@ -193,15 +180,7 @@ def main() -> int:
     ap.add_argument("--layers", default="")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    handle = Handle("cuda")
-    print(
-        f"device: {handle.info.name}, {handle.info.compute_units} SMs; torch {torch.__version__}, "
-        f"cuDNN {torch.backends.cudnn.version()}",
-        flush=True,
-    )
+    handle = handle_next_to_cudnn()
     layers = [LAYERS[int(i)] for i in args.layers.split(",")] if args.layers else LAYERS
     results = []
     jobs = []
