@@ -1,21 +1,34 @@
 """The first result of a fresh process with an empty user cache, (a) without a kernel package,
 (b) with one built by ``miopy kernels build`` for the same problems: for one convolution and for
-every problem of a ResNet-50 forward+backward iteration. Each case runs in a new process with
-empty cache and DB folders; it reports the first iteration (every problem solved once: find or
-immediate mode, then run), a second, warm iteration in the same process, and how many kernels
-were compiled (kernel cache misses: a count, not a time).
+every problem of a ResNet-50 forward+backward iteration (each convolution in all three
+directions, batch norm training forward and backward, ReLU forward and backward, max and average
+pooling forward and backward: 121 problems). Each case runs in a new process with empty cache and
+DB folders and reports:
 
-    python benchmarks/first_call.py                               # CUDA, ResNet-50 at batch 32
-    python benchmarks/first_call.py --backend opencl --set resnet50-small --batch 1   # PoCL
+- ``first``: the first iteration (every problem solved once, by immediate mode or find, then run
+  on device buffers, then a device sync), the figure a user waits for;
+- ``warm``: the best of the next iterations in the same process (everything cached);
+- ``compiled``: kernels compiled (kernel cache misses, a count, not a time) and ``loaded`` (hits,
+  from the package or the cache).
+
+On OpenCL each case also gets an empty PoCL cache (``POCL_CACHE_DIR``), so PoCL's own cache of
+compiled programs does not hide the compiles of the case without a package.
+
+    python benchmarks/first_call.py --workload resnet50-iter --batch 32             # CUDA
+    python benchmarks/first_call.py --backend opencl --workload resnet50-iter --image 64 --batch 1
 
 Goal (issue 11): with the package, zero kernels compiled and the first iteration within 1.2x of
-the warm one. Building the package (step 0) is timed too but is not part of either figure."""
+the warm one. Building the package is timed too (in its own process) but is part of no figure;
+``--kdb FILE`` uses a package built elsewhere (``miopy kernels build ... --arch sm_90 --cu 132``
+on a CPU machine) instead. ``--time-cap S`` stops a case after S seconds and reports how far its
+first iteration got (problems done, kernels compiled) rather than nothing."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = {"resnet50-iter": "resnet50", "resnet50-small-iter": "resnet50-small"}
 
 CHILD = r"""
 import json, sys, time
@@ -30,139 +44,233 @@ t0 = time.perf_counter()
 import numpy as np
 import miopy
 from miopy.engine import find
-from miopy.reference import common
 from miopy.tool import workload
-spec, batch, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-problems = workload.load(spec, [int(batch)] if batch != "-" else None).problems
-if sys.argv[4] != "all":
-    problems = problems[: int(sys.argv[4])]
+spec, batch, mode, count, warm_runs = sys.argv[1:6]
+problems = workload.load(spec, [int(batch)]).problems
+if count != "all":
+    problems = [p for p in problems if p.primitive == "conv"][: int(count)]
 h = miopy.Handle()
-t_import = time.perf_counter() - t0
-rng = np.random.default_rng(0)
+descs = [d for p in problems for d in p.tensors().values()]
+# One block of random numbers, sliced for every tensor (generating each would take longer than
+# the iteration at batch 32).
+pool = np.random.default_rng(0).standard_normal(max(d.nbytes for d in descs) // 4 + 1).astype(np.float32)
+
 def fill(d):
     dtype = getattr(d, "dtype", None)  # an index workspace (pooling) has none: zeros
     if dtype is not None and str(dtype.value).upper() == "FP32" and d.nbytes % 4 == 0:
-        return rng.standard_normal(d.nbytes // 4).astype(np.float32)
-    return np.zeros(d.nbytes, np.uint8)
+        host = pool[: d.nbytes // 4]
+    else:
+        host = np.zeros(d.nbytes, np.uint8)
+    return h.backend.upload(host)  # device buffers: each call runs in place, no copies
 
 buffers = [{r: fill(d) for r, d in p.tensors().items()} for p in problems]
+h.backend.synchronize()
+startup = time.perf_counter() - t0
+workspaces = {}
 
-def iteration():
-    for p, bufs in zip(problems, buffers):
-        if mode == "find":
-            s = find.find_solutions(h, p)[0]
-        else:
-            s = find.get_solutions(h, p)[0]
-        ws = h.backend.alloc(s.workspace) if s.workspace else None
+def iteration(report):
+    for i, (p, bufs) in enumerate(zip(problems, buffers)):
+        s = (find.find_solutions if mode == "find" else find.get_solutions)(h, p)[0]
+        ws = None
+        if s.workspace:
+            ws = workspaces.get(s.workspace)
+            if ws is None:
+                ws = workspaces[s.workspace] = h.backend.alloc(s.workspace)
         h.run_solution(s, dict(bufs), ws)
+        if report:
+            h.backend.synchronize()
+            print(json.dumps({"done": i + 1, "of": len(problems), "s": time.perf_counter() - t,
+                              "compiled": h.kernel_cache.misses}), flush=True)
     h.backend.synchronize()
 
-t = time.perf_counter(); iteration(); first = time.perf_counter() - t
-misses = h.kernel_cache.misses
-t = time.perf_counter(); iteration(); warm = time.perf_counter() - t
-print(json.dumps({"problems": len(problems), "import_s": t_import, "first_s": first, "warm_s": warm,
-                  "compiled": misses, "cache_hits": h.kernel_cache.hits}))
+t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
+compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
+warm = []
+for _ in range(int(warm_runs)):
+    t = time.perf_counter(); iteration(False); warm.append(time.perf_counter() - t)
+print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": first,
+                  "warm_s": min(warm), "compiled": compiled, "loaded": loaded,
+                  "packages": [str(p) for p in h.kernel_cache.package_paths()]}), flush=True)
 """
 
 
 def _env(tmp: Path, kdb: Path | None, backend: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MIOPY_BACKEND": backend}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MIOPY_BACKEND": backend, "PYTHONUNBUFFERED": "1"}
+    for name in ("MIOPY_DISABLE_CACHE", "MIOPY_FIND_MODE", "MIOPY_FIND_ENFORCE"):
+        env.pop(name, None)
     for name, sub in (
         ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
         ("MIOPY_USER_DB_PATH", "db"),
-        ("MIOPY_SYSTEM_DB_PATH", "system"),
         ("MIOPY_KDB_PATH", "kdb"),
     ):
         (tmp / sub).mkdir(mode=0o700, exist_ok=True)
         env[name] = str(tmp / sub)
+    # PoCL keeps its own cache of compiled programs: a fresh one per case, as on a fresh machine.
+    (tmp / "pocl").mkdir(mode=0o700, exist_ok=True)
+    env["POCL_CACHE_DIR"] = str(tmp / "pocl")
+    # The shipped perf and find DBs (what the package was built from), without any shipped .kdb.
+    system = tmp / "system"
+    system.mkdir(mode=0o700, exist_ok=True)
+    for db in (ROOT / "miopy" / "data").glob("*.db"):
+        shutil.copyfile(db, system / db.name)
+    env["MIOPY_SYSTEM_DB_PATH"] = str(system)
     if kdb is not None:
         env["MIOPY_KDB_PATH"] = str(kdb.parent)
     return env
 
 
+def _probe(tmp: Path) -> tuple[str, str]:
+    """The arch and SM count of the CUDA device here (in a process of its own)."""
+    (tmp / "probe").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", "import miopy; i = miopy.Handle('cuda').info; print(i.arch, i.compute_units)"],
+        env=_env(tmp / "probe", None, "cuda"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    arch, cus = done.stdout.split()
+    return arch, cus
+
+
+def _build(args, spec: str, tmp: Path) -> tuple[Path, dict] | None:
+    build = [sys.executable, "-m", "miopy", "kernels", "build", spec, "--batch", args.batch]
+    build += ["--backend", args.backend, "-o", str(tmp / "package"), "--json"]
+    if args.backend == "cuda":
+        arch, cus = _probe(tmp)
+        build += ["--arch", arch, "--cu", cus]
+    (tmp / "b").mkdir()
+    t = time.perf_counter()
+    done = subprocess.run(build, env=_env(tmp / "b", None, args.backend), capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stderr, file=sys.stderr)
+        return None
+    manifest = json.loads(done.stdout)
+    manifest["wall_s"] = round(time.perf_counter() - t, 1)
+    return Path(manifest["path"]), manifest
+
+
+def _manifest(kdb: Path, tmp: Path, backend: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "miopy", "kernels", "show", str(kdb), "--json"],
+        env=_env(tmp, None, backend),
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"--kdb={kdb}: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def _case(args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Path) -> dict:
+    cmd = [sys.executable, "-c", CHILD, spec, args.batch, mode, count, str(args.warm)]
+    t = time.perf_counter()
+    timed_out = False
+    try:
+        done = subprocess.run(
+            cmd,
+            env=_env(run_dir, kdb, args.backend),
+            capture_output=True,
+            text=True,
+            timeout=args.time_cap,
+        )
+        out, err, code = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        timed_out = True
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        code = None
+    wall = time.perf_counter() - t
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    final = next((r for r in lines if "first_s" in r), None)
+    if final is not None:
+        return final | {"process_s": wall, "status": "ok"}
+    progress = [r for r in lines if "done" in r]
+    last = progress[-1] if progress else {"done": 0, "of": "?", "s": None, "compiled": None}
+    why = f"stopped by --time-cap {args.time_cap} s" if timed_out else f"failed (exit {code})"
+    if not timed_out:
+        print(err[-3000:], file=sys.stderr)
+    return {
+        "status": why,
+        "problems": last["of"],
+        "done": last["done"],
+        "first_s": None,
+        "partial_s": last["s"],
+        "compiled": last["compiled"],
+        "process_s": wall,
+    }
+
+
+def _line(r: dict) -> str:
+    head = f"{r['case']:24s} {r['mode']:9s} kdb={'yes' if r['kdb'] else 'no ':3s}"
+    if r["status"] != "ok":
+        return (
+            f"{head} {r['status']}: {r['done']}/{r['problems']} problems in "
+            f"{r['partial_s'] or 0:.2f} s, {r['compiled']} kernels compiled so far"
+        )
+    return (
+        f"{head} problems {r['problems']:4d}  first {r['first_s']:8.3f} s  warm {r['warm_s']:8.3f} s  "
+        f"ratio {r['first_s'] / max(r['warm_s'], 1e-9):6.2f}x  compiled {r['compiled']:4d}  "
+        f"loaded {r['loaded']:4d}  startup {r['startup_s']:5.2f} s  process {r['process_s']:7.2f} s"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="cuda", choices=["cuda", "opencl"])
-    ap.add_argument("--set", default="resnet50", help="built-in workload (resnet50, resnet50-small, vgg16)")
+    ap.add_argument(
+        "--workload",
+        "--set",
+        default="resnet50-iter",
+        help="resnet50-iter (ResNet-50's forward+backward problems), resnet50-small-iter, or any "
+        "workload of `miopy kernels build` (a built-in set or a file of driver lines)",
+    )
+    ap.add_argument("--image", type=int, default=224, help="input image size of the built-in sets")
     ap.add_argument("--batch", default="32")
-    ap.add_argument("--mode", default="find", choices=["find", "immediate"])
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--modes", default="immediate,find", help="immediate, find or both (comma)")
+    ap.add_argument("--cases", default="conv,iter", help="conv (one convolution), iter (all problems)")
+    ap.add_argument("--warm", type=int, default=3, help="warm iterations after the first (best is kept)")
+    ap.add_argument("--kdb", type=Path, help="use this package instead of building one")
+    ap.add_argument("--time-cap", type=float, help="seconds per case; a case stopped reports its progress")
+    ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
-    results = []
+    spec = WORKLOADS.get(args.workload, args.workload)
+    if args.image != 224:
+        spec = f"{spec}@{args.image}"
+    results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="miopy-first-call-") as tmp:
         tmp = Path(tmp)
-        build = [
-            sys.executable,
-            "-m",
-            "miopy",
-            "kernels",
-            "build",
-            args.set,
-            "--batch",
-            args.batch,
-            "--backend",
-            args.backend,
-            "-o",
-            str(tmp / "package"),
-            "--json",
-        ]
-        if args.backend == "cuda":
-            (tmp / "probe").mkdir()
-            probe = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    "import miopy; i = miopy.Handle('cuda').info; print(i.arch, i.compute_units)",
-                ],
-                env=_env(tmp / "probe", None, "cuda"),
-                capture_output=True,
-                text=True,
-                check=True,
+        if args.kdb is not None:
+            kdb = args.kdb.resolve()
+            manifest = _manifest(kdb, tmp, args.backend)
+            print(f"package {kdb}: {manifest['kernels']} kernels, workload {manifest['workload']}")
+        else:
+            built = _build(args, spec, tmp)
+            if built is None:
+                return 1
+            kdb, manifest = built
+            print(
+                f"package: {manifest['kernels']} kernels, {manifest['size'] / 2**20:.1f} MiB, "
+                f"built in {manifest['wall_s']:.1f} s (not part of any figure)"
             )
-            arch, cus = probe.stdout.split()
-            build += ["--arch", arch, "--cu", cus]
-        (tmp / "b").mkdir()
-        t = time.perf_counter()
-        done = subprocess.run(build, env=_env(tmp / "b", None, args.backend), capture_output=True, text=True)
-        if done.returncode != 0:
-            print(done.stderr, file=sys.stderr)
-            return 1
-        manifest = json.loads(done.stdout)
         print(
-            f"package: {manifest['kernels']} kernels, {manifest['size'] / 2**20:.1f} MiB, "
-            f"built in {time.perf_counter() - t:.1f} s"
+            f"workload {spec} batch {args.batch}, backend {args.backend}; first = first iteration of "
+            f"a fresh process, warm = best of {args.warm} more",
+            flush=True,
         )
-        kdb = Path(manifest["path"])
-        for case, count in (("one conv", "1"), (f"{args.set} iteration", "all")):
-            for with_kdb in (False, True):
-                run_dir = tmp / f"run-{len(results)}"
-                run_dir.mkdir()
-                t = time.perf_counter()
-                done = subprocess.run(
-                    [sys.executable, "-c", CHILD, args.set, args.batch, args.mode, count],
-                    env=_env(run_dir, kdb if with_kdb else None, args.backend),
-                    capture_output=True,
-                    text=True,
-                )
-                wall = time.perf_counter() - t
-                if done.returncode != 0:
-                    print(done.stderr, file=sys.stderr)
-                    return 1
-                r = json.loads(done.stdout.splitlines()[-1]) | {
-                    "case": case,
-                    "kdb": with_kdb,
-                    "process_s": wall,
-                }
-                results.append(r)
-                print(
-                    f"{case:28s} kdb={'yes' if with_kdb else 'no ':3s} problems {r['problems']:4d}  "
-                    f"first {r['first_s']:8.3f} s  warm {r['warm_s']:8.3f} s  "
-                    f"ratio {r['first_s'] / max(r['warm_s'], 1e-9):6.2f}x  compiled {r['compiled']:4d}  "
-                    f"process {wall:7.2f} s",
-                    flush=True,
-                )
+        names = {"conv": ("one conv", "1"), "iter": (f"{args.workload} x{args.batch}", "all")}
+        for case in args.cases.split(","):
+            label, count = names[case.strip()]
+            for mode in [m.strip() for m in args.modes.split(",")]:
+                for with_kdb in (False, True):
+                    run_dir = tmp / f"run-{len(results)}"
+                    run_dir.mkdir()
+                    r = _case(args, spec, count, mode, kdb if with_kdb else None, run_dir)
+                    r |= {"case": label, "mode": mode, "kdb": with_kdb}
+                    results.append(r)
+                    print(_line(r), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"manifest": manifest, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"spec": spec, "manifest": manifest, "results": results}, indent=2))
     return 0
 
 

@@ -99,30 +99,40 @@ def _pool(n: int, c: int, h: int, win: int, stride: int, pad: int, mode: str, dt
     )
 
 
-def resnet50_lines(n: int, dt: DataType = DataType.FP32) -> list[str]:
-    """One forward+backward training iteration of ResNet-50 at batch ``n``, each shape once."""
-    lines = [_conv(n, *layer, dt) for layer in RESNET50_CONVS]
+def _scaled(h: int, image: int) -> int:
+    """A spatial size of the 224-pixel network at input size ``image`` (a multiple of 32)."""
+    return h * image // 224
+
+
+def resnet50_lines(n: int, dt: DataType = DataType.FP32, image: int = 224) -> list[str]:
+    """One forward+backward training iteration of ResNet-50 at batch ``n`` and input size
+    ``image`` (224: the real network), each shape once."""
+    lines = [_conv(n, c, _scaled(h, image), k, f, p, s, dt) for c, h, k, f, p, s in RESNET50_CONVS]
     for c, h in RESNET50_ACTS:
-        lines += [*_bnorm(n, c, h, dt), _relu(n, c, h, dt)]
-    lines += [_pool(n, 64, 112, 3, 2, 1, "max", dt), _pool(n, 2048, 7, 7, 1, 0, "avg", dt)]
+        lines += [*_bnorm(n, c, _scaled(h, image), dt), _relu(n, c, _scaled(h, image), dt)]
+    last = _scaled(7, image)
+    lines += [
+        _pool(n, 64, _scaled(112, image), 3, 2, 1, "max", dt),
+        _pool(n, 2048, last, last, 1, 0, "avg", dt),
+    ]
     return lines
 
 
-def resnet50_small_lines(n: int = 1, dt: DataType = DataType.FP32) -> list[str]:
+def resnet50_small_lines(n: int = 1, dt: DataType = DataType.FP32, image: int = 224) -> list[str]:
     """The stem and the first bottleneck block of ResNet-50: a set small enough for PoCL."""
-    lines = [_conv(n, *layer, dt) for layer in RESNET50_CONVS[:5]]
+    lines = [_conv(n, c, _scaled(h, image), k, f, p, s, dt) for c, h, k, f, p, s in RESNET50_CONVS[:5]]
     for c, h in RESNET50_ACTS[:3]:
-        lines += [*_bnorm(n, c, h, dt), _relu(n, c, h, dt)]
-    return lines + [_pool(n, 64, 112, 3, 2, 1, "max", dt)]
+        lines += [*_bnorm(n, c, _scaled(h, image), dt), _relu(n, c, _scaled(h, image), dt)]
+    return lines + [_pool(n, 64, _scaled(112, image), 3, 2, 1, "max", dt)]
 
 
-def vgg16_lines(n: int, dt: DataType = DataType.FP32) -> list[str]:
-    lines = [_conv(n, c, h, k, 3, 1, 1, dt) for c, h, k in VGG16_CONVS]
-    lines += [_relu(n, c, h, dt) for c, h in VGG16_ACTS]
-    return lines + [_pool(n, c, h, 2, 2, 0, "max", dt) for c, h in VGG16_ACTS]
+def vgg16_lines(n: int, dt: DataType = DataType.FP32, image: int = 224) -> list[str]:
+    lines = [_conv(n, c, _scaled(h, image), k, 3, 1, 1, dt) for c, h, k in VGG16_CONVS]
+    lines += [_relu(n, c, _scaled(h, image), dt) for c, h in VGG16_ACTS]
+    return lines + [_pool(n, c, _scaled(h, image), 2, 2, 0, "max", dt) for c, h in VGG16_ACTS]
 
 
-BUILTIN: dict[str, Callable[[int, DataType], list[str]]] = {
+BUILTIN: dict[str, Callable[[int, DataType, int], list[str]]] = {
     "resnet50": resnet50_lines,
     "resnet50-small": resnet50_small_lines,
     "vgg16": vgg16_lines,
@@ -184,14 +194,30 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
     return out
 
 
+def _builtin(name: str) -> tuple[str, int] | None:
+    """``(set, image size)`` for a built-in name, ``resnet50`` or ``resnet50@64`` (a smaller
+    input image: every spatial size scaled, a multiple of 32); None for anything else."""
+    base, at, size = name.partition("@")
+    if base not in BUILTIN:
+        return None
+    if not at:
+        return base, 224
+    if not size.isdigit() or int(size) < 32 or int(size) % 32:
+        raise ToolError(f"workload={name!r}: the image size after @ must be a multiple of 32 (32, 64...)")
+    return base, int(size)
+
+
 def load(spec: str, batches: list[int] | None = None, dtype: str = "fp32") -> Workload:
     """A workload file (one driver line per line, # comments) or built-in names joined by commas
-    (``resnet50``, ``resnet50-small``, ``vgg16``) at ``batches``."""
+    (``resnet50``, ``resnet50-small``, ``vgg16``, each optionally ``@<image size>``) at
+    ``batches``."""
     names = [s.strip() for s in spec.split(",")]
-    if all(name in BUILTIN for name in names):
+    sets = [_builtin(name) for name in names]
+    if all(sets):
         dt = DataType.parse(dtype)
-        sizes = list(batches or ([1] if names == ["resnet50-small"] else DEFAULT_BATCHES))
-        lines = [line for name in names for n in sizes for line in BUILTIN[name](n, dt)]
+        small = all(base == "resnet50-small" for base, _ in sets)
+        sizes = list(batches or ([1] if small else DEFAULT_BATCHES))
+        lines = [line for base, image in sets for n in sizes for line in BUILTIN[base](n, dt, image)]
         description = f"{spec} (batch {','.join(map(str, sizes))}, {dt.value})"
     else:
         path = Path(spec)

@@ -193,3 +193,23 @@ def test_cuda_package_builds_without_a_gpu(tmp_path, tool):
     assert manifest["fingerprint"] == cuda.compiler_fingerprint("sm_90")
     code, _, err = tool("kernels", "build", tmp_path / "w.txt", "--arch", "sm_1", "--cu", "1")
     assert code == 1 and "unknown CUDA architecture" in err
+
+
+def test_builtin_workloads_at_a_smaller_image():
+    """``resnet50@64``: the same 121 problems of a training iteration, every spatial size scaled
+    (the first benchmark's PoCL figures use it); a size that is no multiple of 32 is refused."""
+    from miopy.tool import workload
+    from miopy.tool.common import ToolError
+
+    full = workload.load("resnet50", [2]).problems
+    small = workload.load("resnet50@64", [2]).problems
+    assert len(full) == len(small) == 121
+    assert sorted(p.primitive for p in full) == sorted(p.primitive for p in small)
+    assert small[0].x.lens == (2, 3, 64, 64) and full[0].x.lens == (2, 3, 224, 224)
+    assert {p.x.lens[2:] for p in small if p.primitive == "conv"} == {
+        tuple(s * 64 // 224 for s in p.x.lens[2:]) for p in full if p.primitive == "conv"
+    }
+    last_pool = workload.resnet50_lines(1, image=64)[-1]
+    assert "-W 1x2048x2x2" in last_pool and "-y 2 -x 2" in last_pool
+    with pytest.raises(ToolError, match="multiple of 32"):
+        workload.load("resnet50@48")
