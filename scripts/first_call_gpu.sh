@@ -9,9 +9,17 @@
 # KDB (default dist/kdb/sm_9084.kdb, git-ignored: carry `dist`) is a package built on a CPU
 # machine, NVRTC needing no GPU:
 #   python -m miopy kernels build resnet50 --batch 32 --arch sm_90 --cu 132 -o dist/kdb
-# It is checked against the GPU here (arch, SM count, miopy version, compiler fingerprint: NVRTC
-# and CUDA headers versions). When it does not match (another NVRTC there), it is rebuilt here
-# for the live device and the log says so; the figures are then for that package.
+# It is checked against the GPU here (arch, SM count, miopy version, compiler fingerprint: NVRTC's
+# major.minor and the CUDA headers' version). The H200 image has NVRTC 13.0 with 13.0 headers
+# (fingerprint 'nvrtc 13.0|headers 13000|sm_90', seen 2026-11-22); a CPU machine with another
+# NVRTC builds a matching package with 13.0 wheels put first:
+#   pip install --no-deps --target /tmp/nv130 "nvidia-cuda-nvrtc==13.0.*" "nvidia-cuda-runtime==13.0.*"
+#   LD_LIBRARY_PATH=/tmp/nv130/nvidia/cu13/lib LD_PRELOAD=/tmp/nv130/nvidia/cu13/lib/libnvrtc.so.13 \
+#     PYTHONPATH=/tmp/nv130:$PWD python -m miopy kernels build resnet50 --batch 32 --arch sm_90 \
+#     --cu 132 -o dist/kdb
+# When it does not match, it is rebuilt here for the live device and the log says so; the
+# figures are then for that package. A package built from other kernel sources than the
+# checkout's matches but serves nothing: the figures then show kernels compiled with it.
 # FIRST_CALL_BUDGET: seconds for the whole script (default 230); each case also has a time cap,
 # and a case stopped by it reports how far it got (problems done, kernels compiled).
 set -uo pipefail
