@@ -5,7 +5,7 @@ anything with ``__index__``. Floats (even ``4.0``), strings, ``bool`` and NaN or
 refused with BadParm naming the field, never truncated or read character by character.
 
 The kernels take lens, pads, convolution strides, dilations and groups as 32-bit ``int``
-arguments (``CONV_SHAPE_ARGS`` in kernels/common/conv_naive.h, the GEMM's M, N, K) and tensor
+arguments (``CONV_SHAPE_ARGS`` in kernels/common/conv_shape.h, the GEMM's M, N, K) and tensor
 strides and element offsets as 64-bit ``i64``; ``INDEX_MAX`` and ``OFFSET_MAX`` are those limits,
 checked when a descriptor or problem is built, so nothing wraps around inside a kernel.
 """

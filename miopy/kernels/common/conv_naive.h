@@ -2,13 +2,7 @@
    Shapes and strides are run-time arguments (the solver is dynamic); every tensor is addressed
    through its element strides in logical N,C,D,H,W order, so any layout or strides work.
    2-D problems run as 3-D with D = 1. Accumulation is in fp32. */
-#include "common/miopy_types.h"
-
-#define CONV_SHAPE_ARGS                                                                          \
-    int N, int C, int K, int G, int Di, int Hi, int Wi, int Do, int Ho, int Wo, int Z, int Y, int X, \
-    int pd, int ph, int pw, int sd, int sh, int sw, int dd, int dh, int dw,                        \
-    i64 xn, i64 xc, i64 xd, i64 xh, i64 xw, i64 wk, i64 wc, i64 wz, i64 wy, i64 wx,                \
-    i64 yn, i64 yk, i64 yd, i64 yh, i64 yw
+#include "common/conv_shape.h"
 
 /* y[n, k, o] = sum over c in k's group, z, y, x of x[n, c, o*s - p + f*d] * w[k, c, f] */
 KERNEL void conv_naive_fwd(const GLOBAL data_t* RESTRICT xp, const GLOBAL data_t* RESTRICT wp,
@@ -75,22 +69,16 @@ KERNEL void conv_naive_bwd(GLOBAL data_t* RESTRICT xp, const GLOBAL data_t* REST
             const i64 wbase = k * wk + (i64)cg * wc;
             for(int fz = 0; fz < Z; ++fz)
             {
-                const int tz = id + pd - fz * dd;
-                if(tz < 0 || tz % sd) continue;
-                const int od = tz / sd;
-                if(od >= Do) continue;
+                const int od = conv_out_index(id, pd, fz, dd, sd, Do);
+                if(od < 0) continue;
                 for(int fy = 0; fy < Y; ++fy)
                 {
-                    const int ty = ih + ph - fy * dh;
-                    if(ty < 0 || ty % sh) continue;
-                    const int oh = ty / sh;
-                    if(oh >= Ho) continue;
+                    const int oh = conv_out_index(ih, ph, fy, dh, sh, Ho);
+                    if(oh < 0) continue;
                     for(int fx = 0; fx < X; ++fx)
                     {
-                        const int tx = iw + pw - fx * dw;
-                        if(tx < 0 || tx % sw) continue;
-                        const int ow = tx / sw;
-                        if(ow >= Wo) continue;
+                        const int ow = conv_out_index(iw, pw, fx, dw, sw, Wo);
+                        if(ow < 0) continue;
                         acc += LOAD(yp, ybase + od * yd + oh * yh + ow * yw) *
                                LOAD(wp, wbase + fz * wz + fy * wy + fx * wx);
                     }

@@ -6,8 +6,8 @@
    where j(c, f) = c*wc + fz*wz + fy*wy + fx*wx is the weight's own offset inside one output channel,
    so the column rows follow w's memory order (NCHW or NHWC filters alike) and w needs no copy.
    o is the row-major linear output position (od, oh, ow), which is also its memory order in every
-   packed layout. Shapes are run-time arguments (CONV_SHAPE_ARGS, as the naive kernels). */
-#include "common/miopy_types.h"
+   packed layout. Shapes are run-time arguments (CONV_SHAPE_ARGS, common/conv_shape.h). */
+#include "common/conv_shape.h"
 
 #ifndef IM2COL_COL_F32
 #define IM2COL_COL_F32 0
@@ -19,14 +19,6 @@ typedef float col_t;
 #else
 typedef data_t col_t;
 #define COL_LOAD(p, i) LOAD(p, i)
-#endif
-
-#ifndef CONV_SHAPE_ARGS
-#define CONV_SHAPE_ARGS                                                                          \
-    int N, int C, int K, int G, int Di, int Hi, int Wi, int Do, int Ho, int Wo, int Z, int Y, int X, \
-    int pd, int ph, int pw, int sd, int sh, int sw, int dd, int dh, int dw,                        \
-    i64 xn, i64 xc, i64 xd, i64 xh, i64 xw, i64 wk, i64 wc, i64 wz, i64 wy, i64 wx,                \
-    i64 yn, i64 yk, i64 yd, i64 yh, i64 yw
 #endif
 
 #define COL_ARGS i64 col_off, i64 cs_g, i64 cs_n, i64 cs_j, i64 cs_o, int n0, int nb
@@ -82,22 +74,16 @@ KERNEL void col2im(const GLOBAL col_t* RESTRICT col, GLOBAL data_t* RESTRICT xp,
         float acc = 0.0f;
         for(int fz = 0; fz < Z; ++fz)
         {
-            const int tz = id + pd - fz * dd;
-            if(tz < 0 || tz % sd) continue;
-            const int od = tz / sd;
-            if(od >= Do) continue;
+            const int od = conv_out_index(id, pd, fz, dd, sd, Do);
+            if(od < 0) continue;
             for(int fy = 0; fy < Y; ++fy)
             {
-                const int ty = ih + ph - fy * dh;
-                if(ty < 0 || ty % sh) continue;
-                const int oh = ty / sh;
-                if(oh >= Ho) continue;
+                const int oh = conv_out_index(ih, ph, fy, dh, sh, Ho);
+                if(oh < 0) continue;
                 for(int fx = 0; fx < X; ++fx)
                 {
-                    const int tx = iw + pw - fx * dw;
-                    if(tx < 0 || tx % sw) continue;
-                    const int ow = tx / sw;
-                    if(ow >= Wo) continue;
+                    const int ow = conv_out_index(iw, pw, fx, dw, sw, Wo);
+                    if(ow < 0) continue;
                     const i64 j = cg * wc + fz * wz + fy * wy + fx * wx;
                     const i64 o = ((i64)od * Ho + oh) * Wo + ow;
                     acc += COL_LOAD(col, base + j * cs_j + o * cs_o);

@@ -11,7 +11,7 @@ MAX_GROUPS = 65535  # kernels loop grid-stride past this many work-groups
 
 
 def shape_args(p: ConvProblem) -> list:
-    """The CONV_SHAPE_ARGS of kernels/common/conv_naive.h, from a conv-view problem."""
+    """The CONV_SHAPE_ARGS of kernels/common/conv_shape.h, from a conv-view problem."""
     n, c, di, hi, wi = p.x.lens5()
     k, _, z, y, x = p.w.lens5()
     _, _, do, ho, wo = p.y.lens5()
