@@ -18,10 +18,7 @@ from miopy.driver.cli import (
     EXIT_OK,
     EXIT_VERIFY_FAILED,
     Flag,
-    command_line,
-    parse_flags,
-    print_flags,
-    wants_help,
+    begin,
 )
 from miopy.errors import BadParm
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
@@ -203,12 +200,9 @@ def case(problem: ActivationProblem) -> harness.Case:
 def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
     dtype = DataType.parse(dtype_name)
     sub = SUBCOMMAND[dtype]
-    if wants_help(argv):
-        print_flags(sub, FLAGS, out)
+    values = begin(sub, argv, FLAGS, out)
+    if values is None:
         return EXIT_OK
-    print(command_line(sub, argv), file=out)
-    out.flush()
-    values = parse_flags(argv, FLAGS)
     harness.check_common(values, _label)
     problems = [build_problem(values, dtype, p) for p in passes(values)]
     from miopy.handle import Handle

@@ -25,10 +25,8 @@ from miopy.driver.cli import (
     EXIT_OK,
     EXIT_VERIFY_FAILED,
     Flag,
-    command_line,
+    begin,
     parse_flags,
-    print_flags,
-    wants_help,
 )
 from miopy.errors import BadParm
 from miopy.problem.bnorm import SUBCOMMANDS, BatchNormProblem, BnPass
@@ -230,12 +228,9 @@ def case(problem: BatchNormProblem) -> harness.Case:
 
 
 def run(subcommand: str, argv: list[str], out: TextIO) -> int:
-    if wants_help(argv):
-        print_flags(subcommand, FLAGS, out)
+    values = begin(subcommand, argv, FLAGS, out)
+    if values is None:
         return EXIT_OK
-    print(command_line(subcommand, argv), file=out)
-    out.flush()
-    values = parse_flags(argv, FLAGS)
     harness.check_common(values, _label)
     problem = build_problem(values, subcommand, plan(values, out))
     if problem.running and problem.exp_avg_factor != 1.0 and values["verify"] and values["iter"] > 1:

@@ -201,4 +201,16 @@ def command_line(subcommand: str, argv: list[str]) -> str:
     return shlex.join([PROG, subcommand, *argv])
 
 
+def begin(subcommand: str, argv: list[str], flags: list[Flag], out: TextIO) -> dict[str, Any] | None:
+    """What every subcommand does first: with -h, --help or -?, print its flags and return None;
+    else echo the command line (flushed, so that it comes before anything the run prints) and
+    return the flag values."""
+    if wants_help(argv):
+        print_flags(subcommand, flags, out)
+        return None
+    print(command_line(subcommand, argv), file=out)
+    out.flush()
+    return parse_flags(argv, flags)
+
+
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_VERIFY_FAILED", "Flag", "SUBCOMMANDS", "main", "parse_flags"]

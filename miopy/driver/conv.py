@@ -16,10 +16,8 @@ from miopy.driver.cli import (
     EXIT_OK,
     EXIT_VERIFY_FAILED,
     Flag,
-    command_line,
+    begin,
     parse_flags,
-    print_flags,
-    wants_help,
 )
 from miopy.errors import BadParm, NotImplementedStatus
 from miopy.problem.conv import DRIVER_SUBCOMMAND as SUBCOMMAND
@@ -369,12 +367,9 @@ def _stats(problem: ConvProblem, ms: float) -> tuple[str, str]:
 def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
     dtype = DataType.parse(dtype_name)
     sub = SUBCOMMAND[dtype]
-    if wants_help(argv):
-        print_flags(sub, FLAGS, out)
+    values = begin(sub, argv, FLAGS, out)
+    if values is None:
         return EXIT_OK
-    print(command_line(sub, argv), file=out)
-    out.flush()
-    values = parse(argv)
     dirs = directions(values)
     problems = [build_problem(values, dtype, d) for d in dirs]
     _check_supported(values)

@@ -13,10 +13,7 @@ from miopy.driver.cli import (
     EXIT_OK,
     EXIT_VERIFY_FAILED,
     Flag,
-    command_line,
-    parse_flags,
-    print_flags,
-    wants_help,
+    begin,
 )
 from miopy.errors import BadParm
 from miopy.reference.common import store_logical
@@ -89,12 +86,9 @@ def run_family(
     build: Callable[[dict[str, Any]], list[tuple[harness.Case, dict[str, np.ndarray]]]],
 ) -> int:
     """Help, the command line, then each (case, its input buffers by role) of ``build(values)``."""
-    if wants_help(argv):
-        print_flags(sub, flags, out)
+    values = begin(sub, argv, flags, out)
+    if values is None:
         return EXIT_OK
-    print(command_line(sub, argv), file=out)
-    out.flush()
-    values = parse_flags(argv, flags)
     harness.check_common(values, lambda long: label(flags, long))
     cases = build(values)
     from miopy.handle import Handle
