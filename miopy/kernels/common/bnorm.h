@@ -32,6 +32,7 @@
 #define BN_ID_bn_reduce_rows 2
 #define BN_ID_bn_finalize 3
 #define BN_ID_bn_apply 4
+#define BN_ID_bn_apply_2d 5
 #ifdef BN_ONLY
 #define BN_WANT(name) (BN_ONLY == BN_ID_##name)
 #else
@@ -434,6 +435,50 @@ KERNEL void bn_apply(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTR
 #endif
             for(int e = 0; e < cnt; ++e)
                 STORE(out, i0 + e, xv[e]);
+    }
+}
+#endif
+
+/* bn_apply by rows for CPU OpenCL devices (see norm_apply_2d in norm.h): work item o maps the d0
+   contiguous elements i = o * d0 + j in a plain loop; key (o / kq) % km for the whole row (kmode
+   0: d0 divides a key's run, e.g. H*W in NCHW) or j (kmode 1: d0 = K, the channels of NHWC). */
+#if BN_WANT(bn_apply_2d)
+KERNEL void bn_apply_2d(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                        GLOBAL data_t* RESTRICT out, const GLOBAL float* RESTRICT ws, i64 coef, int K, int rows,
+                        int d0, int kq, int km, int kmode)
+{
+    const int o = (int)GLOBAL_ID0;
+    if(o >= rows)
+        return;
+    const i64 i0 = (i64)o * d0;
+#if !BN_BWD
+    (void)dy;
+#endif
+    if(!kmode)
+    {
+        float a, sft, b, d;
+        bn_coefs(ws, coef, K, (o / kq) % km, &a, &sft, &b, &d);
+        for(int j = 0; j < d0; ++j)
+        {
+#if BN_BWD
+            const float g = LOAD(dy, i0 + j);
+#else
+            const float g = 0.0f;
+#endif
+            STORE(out, i0 + j, BN_MAP(LOAD(x, i0 + j), g, a, sft, b, d));
+        }
+        return;
+    }
+    for(int j = 0; j < d0; ++j)
+    {
+        float a, sft, b, d;
+        bn_coefs(ws, coef, K, j, &a, &sft, &b, &d);
+#if BN_BWD
+        const float g = LOAD(dy, i0 + j);
+#else
+        const float g = 0.0f;
+#endif
+        STORE(out, i0 + j, BN_MAP(LOAD(x, i0 + j), g, a, sft, b, d));
     }
 }
 #endif

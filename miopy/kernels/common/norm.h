@@ -104,6 +104,9 @@ typedef u16 param_t;
 #define NORM_ID_norm_pgrad_cols 10
 #define NORM_ID_norm_pgrad_rows 11
 #define NORM_ID_norm_pgrad_finish 12
+#define NORM_ID_norm_apply_2d 13
+#define NORM_ID_norm_reduce_rows_serial 14
+#define NORM_ID_norm_pgrad_cols_serial 15
 #ifdef NORM_ONLY
 #define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
 #else
@@ -269,6 +272,85 @@ KERNEL void norm_reduce_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
         if(lid < 4) ws[part + (c * 4 + lid) * K + k] = sh[lid * NORM_LOCAL];
         BARRIER();
     }
+}
+#endif
+
+/* norm_reduce_rows for CPU OpenCL devices (PoCL): one work item per (key, chunk) unit walks its
+   elements segment by segment in plain loops (no work-group tree, no division per element; the
+   weight index of a weighted dy advances by counting). Same arguments and partial sums. */
+#if NORM_WANT(norm_reduce_rows_serial)
+KERNEL void norm_reduce_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                                    const GLOBAL param_t* RESTRICT w, GLOBAL float* RESTRICT ws, i64 part,
+                                    i64 K, i64 S, i64 L, i64 kstride, i64 sstride, i64 chunk, i64 nchunks,
+                                    int flags, i64 pkm, i64 pkmul, i64 pjd, i64 klo, i64 khi)
+{
+    const i64 u = GLOBAL_ID0;
+    if(u >= K * nchunks)
+        return;
+    const i64 k = u / nchunks, c = u % nchunks;
+    const i64 base = (k / klo) * khi + (k % klo) * kstride;
+    const float shift = LOAD(x, base);
+    const i64 total = S * L;
+    const i64 q0 = c * chunk, q1 = q0 + chunk < total ? q0 + chunk : total;
+    const i64 pk = (k % pkm) * pkmul;
+    float s1a = 0.0f, s1b = 0.0f, s2a = 0.0f, s2b = 0.0f, g1 = 0.0f, g2 = 0.0f;
+    i64 s = q0 / L, j = q0 - s * L;
+    for(i64 q = q0; q < q1; ++s, j = 0)
+    {
+        const i64 run = L - j < q1 - q ? L - j : q1 - q;
+        const i64 off = base + s * sstride + j;
+        if(!(flags & F_DY))
+        {
+            i64 e = 0;
+            for(; e + 1 < run; e += 2)
+            {
+                const float d0 = LOAD(x, off + e) - shift, d1 = LOAD(x, off + e + 1) - shift;
+                s1a += d0;
+                s1b += d1;
+                s2a += d0 * d0;
+                s2b += d1 * d1;
+            }
+            if(e < run)
+            {
+                const float d0 = LOAD(x, off + e) - shift;
+                s1a += d0;
+                s2a += d0 * d0;
+            }
+        }
+        else if(!(flags & F_WEIGHTED))
+        {
+            for(i64 e = 0; e < run; ++e)
+            {
+                const float d = LOAD(x, off + e) - shift, g = LOAD(dy, off + e);
+                s1a += d;
+                s2a += d * d;
+                g1 += g;
+                g2 += g * d;
+            }
+        }
+        else
+        {
+            i64 p = pk + j / pjd, pr = j % pjd;
+            for(i64 e = 0; e < run; ++e)
+            {
+                const float d = LOAD(x, off + e) - shift, g = LOAD(dy, off + e) * PLOAD(w, p);
+                s1a += d;
+                s2a += d * d;
+                g1 += g;
+                g2 += g * d;
+                if(++pr == pjd)
+                {
+                    pr = 0;
+                    ++p;
+                }
+            }
+        }
+        q += run;
+    }
+    ws[part + (c * 4 + 0) * K + k] = s1a + s1b;
+    ws[part + (c * 4 + 1) * K + k] = s2a + s2b;
+    ws[part + (c * 4 + 2) * K + k] = g1;
+    ws[part + (c * 4 + 3) * K + k] = g2;
 }
 #endif
 
@@ -625,6 +707,58 @@ KERNEL void norm_pgrad_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
 #endif
 
 /* dw[p], db[p] (dense) from the partial sums of nchunks chunks, in a fixed order. */
+/* norm_pgrad_cols for CPU OpenCL devices: work item c takes rows [c * rows_per_chunk, ...) and
+   accumulates every column into its own partial sums ws[part + (c * 2 + {0, 1}) * P + col] in a
+   loop along the row (the key's coefficients per row when cdiv >= P, as in layer norm). */
+#if NORM_WANT(norm_pgrad_cols_serial)
+KERNEL void norm_pgrad_cols_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                                   GLOBAL float* RESTRICT ws, i64 part, i64 coef, i64 K, i64 P, i64 rows,
+                                   i64 rstride, i64 rows_per_chunk, i64 nchunks, i64 rdiv, i64 rmul,
+                                   i64 cdiv)
+{
+    const i64 c = GLOBAL_ID0;
+    if(c >= nchunks)
+        return;
+    GLOBAL float* RESTRICT pa = ws + part + (c * 2) * P;
+    GLOBAL float* RESTRICT pb = pa + P;
+    for(i64 col = 0; col < P; ++col)
+    {
+        pa[col] = 0.0f;
+        pb[col] = 0.0f;
+    }
+    const i64 r0 = c * rows_per_chunk;
+    const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    for(i64 row = r0; row < r1; ++row)
+    {
+        const i64 kr = (row / rdiv) * rmul, off = row * rstride;
+        if(cdiv >= P)
+        {
+            const float c1 = ws[coef + K + kr], c3 = ws[coef + 3 * K + kr], c5 = ws[coef + 5 * K + kr];
+            for(i64 col = 0; col < P; ++col)
+            {
+                const float g = LOAD(dy, off + col);
+                pa[col] += g * (((LOAD(x, off + col) - c1) - c3) * c5);
+                pb[col] += g;
+            }
+            continue;
+        }
+        i64 kc = 0, cr = 0;
+        for(i64 col = 0; col < P; ++col)
+        {
+            const i64 k = kr + kc;
+            const float g = LOAD(dy, off + col);
+            pa[col] += g * (((LOAD(x, off + col) - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + 5 * K + k]);
+            pb[col] += g;
+            if(++cr == cdiv)
+            {
+                cr = 0;
+                ++kc;
+            }
+        }
+    }
+}
+#endif
+
 #if NORM_WANT(norm_pgrad_finish)
 KERNEL void norm_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* RESTRICT dw,
                               GLOBAL param_t* RESTRICT db, i64 part, i64 P, i64 nchunks)
@@ -750,6 +884,64 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
                 STORE(dx, i0 + e, v[e]);
     }
 }
+#endif
+
+/* Apply by rows, for CPU OpenCL devices (PoCL): work item o maps the d0 contiguous elements
+   i = o * d0 + j, j < d0, in a plain loop the compiler vectorises. The host picks d0 so that
+   along a row the key is constant (kmode 0: key = (o / kq) % km + (o / kq2) * kmul2; its
+   coefficients load once) or j plus that second term (kmode 1), and the weight index constant
+   (pmode 0: p = (o / pq) % pm) or j (pmode 1): no division per element (PoCL spends ~30 ns on
+   one, ten times a copy's time per element). bwd: dx from x and dy, else y from x. */
+#if NORM_WANT(norm_apply_2d)
+#define NORM_ROW_LOOP(body)                                                                        \
+    for(i64 j = 0; j < d0; ++j)                                                                    \
+    {                                                                                              \
+        const i64 i = i0 + j;                                                                      \
+        body                                                                                       \
+    }
+KERNEL void norm_apply_2d(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                          GLOBAL data_t* RESTRICT out, const GLOBAL float* RESTRICT ws,
+                          const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT b, i64 coef,
+                          i64 K, i64 rows, i64 d0, i64 kq, i64 km, i64 kq2, i64 kmul2, int kmode, i64 pq,
+                          i64 pm, int pmode, int affine, int bwd)
+{
+    const i64 o = GLOBAL_ID0;
+    if(o >= rows)
+        return;
+    const i64 i0 = o * d0;
+    const i64 khi = (o / kq2) * kmul2;
+    const i64 pc = (o / pq) % pm;
+    const int pj = affine && pmode; /* a weight per element j */
+    const float wc = affine && !pmode ? PLOAD(w, pc) : 1.0f;
+    const float bc = affine && !pmode && !bwd ? PLOAD(b, pc) : 0.0f;
+    if(!kmode)
+    {
+        const i64 k = (o / kq) % km + khi;
+        const float c0 = ws[coef + k], c1 = ws[coef + K + k], c2 = ws[coef + 2 * K + k];
+        const float c3 = ws[coef + 3 * K + k], c4 = bwd ? ws[coef + 4 * K + k] : 0.0f;
+        if(bwd && pj)
+            NORM_ROW_LOOP(STORE(out, i, LOAD(dy, i) * PLOAD(w, j) * c0 + ((LOAD(x, i) - c1) - c3) * c4 + c2);)
+        else if(bwd)
+            NORM_ROW_LOOP(STORE(out, i, LOAD(dy, i) * wc * c0 + ((LOAD(x, i) - c1) - c3) * c4 + c2);)
+        else if(pj)
+            NORM_ROW_LOOP(STORE(out, i, (((LOAD(x, i) - c1) - c3) * c0 + c2) * PLOAD(w, j) + PLOAD(b, j));)
+        else
+            NORM_ROW_LOOP(STORE(out, i, (((LOAD(x, i) - c1) - c3) * c0 + c2) * wc + bc);)
+        return;
+    }
+    NORM_ROW_LOOP({
+        const i64 k = khi + j;
+        const float xc = (LOAD(x, i) - ws[coef + K + k]) - ws[coef + 3 * K + k];
+        const float wj = pj ? PLOAD(w, j) : wc;
+        float r;
+        if(bwd)
+            r = LOAD(dy, i) * wj * ws[coef + k] + xc * ws[coef + 4 * K + k] + ws[coef + 2 * K + k];
+        else
+            r = (xc * ws[coef + k] + ws[coef + 2 * K + k]) * wj + (pj ? PLOAD(b, j) : bc);
+        STORE(out, i, r);
+    })
+}
+#undef NORM_ROW_LOOP
 #endif
 
 #endif

@@ -14,10 +14,20 @@ import numpy as np
 
 from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
 from miopy.solvers.launch import LOCAL, MAX_GROUPS
-from miopy.solvers.norm.program import F_DY, OP, NormProblem
+from miopy.solvers.norm.program import (
+    F_DY,
+    OP,
+    NormProblem,
+    apply_2d_grid,
+    apply_2d_layout,
+    norm_spec,
+    serial_chunks,
+    serial_grid,
+    uses_2d_apply,
+)
 from miopy.solvers.norm.view import PackedGeometry, packed_geometry, view8, with_key_index
 
-BN_IDS = {"bn_reduce_cols": 1, "bn_reduce_rows": 2, "bn_finalize": 3, "bn_apply": 4}
+BN_IDS = {"bn_reduce_cols": 1, "bn_reduce_rows": 2, "bn_finalize": 3, "bn_apply": 4, "bn_apply_2d": 5}
 VEC_BYTES = 16
 BLOCKS_PER_CU = 4  # reduction work-groups per compute unit
 THREADS_PER_CU = 2048  # apply: work items per compute unit (full occupancy on NVIDIA)
@@ -72,6 +82,17 @@ def _reduce_cols(ctx, problem, geo: PackedGeometry, bwd: bool, ws, flags: int) -
 
 
 def _reduce_rows(ctx, problem, geo: PackedGeometry, bwd: bool, ws, flags: int) -> tuple[Launch, int]:
+    if uses_2d_apply(ctx):  # CPU OpenCL: norm.h's serial row reduction (same partial sums)
+        total = geo.S * geo.L
+        nchunks = serial_chunks(ctx, geo.K, total)
+        chunk = -(-total // nchunks)
+        nchunks = -(-total // chunk)
+        spec = norm_spec("norm_reduce_rows_serial", problem, 1, *serial_grid(geo.K * nchunks))
+        args = (Tensor("x"), Tensor("dy") if bwd else ws, ws, ws, np.int64(0), np.int64(geo.K))
+        args += tuple(np.int64(v) for v in (geo.S, geo.L, geo.kstride, geo.sstride, chunk, nchunks))
+        args += (np.int32(flags), np.int64(1), np.int64(0), np.int64(1))
+        args += (np.int64(geo.klo or geo.K), np.int64(geo.khi))
+        return Launch(spec, args), nchunks
     item = problem.tensors()["x"].dtype.itemsize
     step = VEC_BYTES // item
     vw = _vw(ctx, item, geo.L % step == 0 and geo.kstride % step == 0 and geo.sstride % step == 0)
@@ -91,6 +112,13 @@ def _reduce_rows(ctx, problem, geo: PackedGeometry, bwd: bool, ws, flags: int) -
 
 
 def _apply(ctx, problem, geo: PackedGeometry, bwd: bool, ws, coef: int) -> Launch:
+    head = (Tensor("x"), Tensor("dy") if bwd else Tensor("x"), Tensor("dx" if bwd else "y"), ws)
+    flat = apply_2d_layout(geo.n, geo.kd, geo.km, geo.kd2, geo.kmul2, 1, 1, False)
+    if uses_2d_apply(ctx) and flat is not None and geo.n < 2**31:
+        d0, kq, _, kmode, _, _ = flat
+        spec = _spec("bn_apply_2d", problem, 1, bwd, *apply_2d_grid(geo.n, d0))
+        tail = (np.int64(coef), *(np.int32(v) for v in (geo.K, geo.n // d0, d0, kq, geo.km, kmode)))
+        return Launch(spec, (*head, *tail))
     item = problem.tensors()["x"].dtype.itemsize
     vw = _vw(ctx, item, True)
     nv = -(-geo.n // vw)
@@ -104,7 +132,6 @@ def _apply(ctx, problem, geo: PackedGeometry, bwd: bool, ws, coef: int) -> Launc
     elif geo.kd % vw == 0:
         kmode = 1
     spec = _spec("bn_apply", problem, vw, bwd, (groups * LOCAL,), (LOCAL,))
-    head = (Tensor("x"), Tensor("dy") if bwd else Tensor("x"), Tensor("dx" if bwd else "y"), ws)
     tail = (np.int64(coef), np.int32(geo.K), np.int32(geo.n), np.int32(geo.kd), np.int32(geo.km))
     return Launch(spec, (*head, *tail, np.int32(kmode)))
 

@@ -32,6 +32,9 @@ KERNEL_IDS = {
     "norm_pgrad_cols": 10,
     "norm_pgrad_rows": 11,
     "norm_pgrad_finish": 12,
+    "norm_apply_2d": 13,
+    "norm_reduce_rows_serial": 14,
+    "norm_pgrad_cols_serial": 15,
 }
 VEC_BYTES = 16
 CX, CY = 32, 8  # NORM_CX, NORM_CY
@@ -66,6 +69,68 @@ def _spec(name: str, problem, vw: int, global_size, local_size) -> KernelSpec:
         "NORM_ONLY": KERNEL_IDS[name],
     }
     return KernelSpec("norm", name, defines, global_size, local_size)
+
+
+APPLY_2D_LOCAL = 16  # rows per work-group of the row-wise apply
+APPLY_2D_LEAST = 8  # shorter inner runs keep the 1-D kernels
+
+
+def uses_2d_apply(ctx) -> bool:
+    """The 2-D apply (norm_apply_2d, bn_apply_2d) serves OpenCL, whose CPU compilers vectorise
+    over work items only when no index arithmetic varies per element; CUDA keeps the 1-D kernels
+    with 16-byte vectors."""
+    return getattr(ctx, "backend_name", None) != "cuda"
+
+
+def apply_2d_layout(n: int, kd: int, km: int, kd2: int, kmul2: int, pd: int, pm: int, affine: bool):
+    """(d0, kq, kq2, kmode, pq, pmode) for a 2-D apply of n elements whose key is
+    (i // kd) % km + (i // kd2) * kmul2 and weight index (i // pd) % pm, or None when no inner
+    length d0 keeps them division-free along dim 0. The longest such d0 wins."""
+    kd2 = kd2 or n
+    best = None
+    for d0 in sorted({kd, km, pd, pm}, reverse=True):
+        if d0 < APPLY_2D_LEAST or n % d0 or kd2 % d0:
+            continue
+        if kd % d0 == 0:
+            kmode, kq = 0, kd // d0
+        elif kd == 1 and d0 == km:
+            kmode, kq = 1, 1
+        else:
+            continue
+        if not affine or pd % d0 == 0:
+            pmode, pq = 0, max(pd // d0, 1)
+        elif pd == 1 and d0 == pm:
+            pmode, pq = 1, 1
+        else:
+            continue
+        best = (d0, kq, kd2 // d0, kmode, pq, pmode)
+        break
+    return best
+
+
+def serial_chunks(ctx, K: int, R: int) -> int:
+    """Chunks per key of the serial row reduction: enough units for every compute unit to take
+    several, each at least a few thousand elements."""
+    cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    return int(max(1, min(-(-cus * 8 // K), R // 4096, 1024)))
+
+
+def serial_grid(units: int) -> tuple[tuple[int], tuple[int]]:
+    local = min(APPLY_2D_LOCAL, 1 << max(0, (units - 1).bit_length()))
+    return (-(-units // local) * local,), (local,)
+
+
+def apply_2d_grid(n: int, d0: int) -> tuple[tuple[int], tuple[int]]:
+    """One work item per row of d0 elements."""
+    rows = n // d0
+    local = min(APPLY_2D_LOCAL, 1 << max(0, (rows - 1).bit_length()))
+    return (-(-rows // local) * local,), (local,)
+
+
+def norm_spec(name: str, problem, vw: int, global_size, local_size) -> KernelSpec:
+    """The KernelSpec of norm.h kernel ``name`` for ``problem`` (batch norm's program borrows
+    some)."""
+    return _spec(name, problem, vw, global_size, local_size)
 
 
 def _groups(units: int) -> tuple[tuple[int], tuple[int]]:
@@ -138,7 +203,13 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
             chunk = -(-chunk // vw) * vw
             nchunks = -(-(geo.S * geo.L) // chunk)
             pkm, pkmul, pjd = (pmap[2], pmap[3], pmap[4]) if pmap else (1, 0, 1)
-            spec = _spec("norm_reduce_rows", problem, vw, *_groups(geo.K * nchunks))
+            if uses_2d_apply(ctx):
+                nchunks = serial_chunks(ctx, geo.K, geo.S * geo.L)
+                chunk = -(-(geo.S * geo.L) // nchunks)
+                nchunks = -(-(geo.S * geo.L) // chunk)
+                spec = _spec("norm_reduce_rows_serial", problem, 1, *serial_grid(geo.K * nchunks))
+            else:
+                spec = _spec("norm_reduce_rows", problem, vw, *_groups(geo.K * nchunks))
             args = (Tensor("x"), t("dy" if backward else None), weight, ws, np.int64(0), np.int64(geo.K))
             args += tuple(np.int64(v) for v in (geo.S, geo.L, geo.kstride, geo.sstride, chunk, nchunks))
             args += (np.int32(flags), np.int64(pkm), np.int64(pkmul), np.int64(pjd))
@@ -176,7 +247,17 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         gs, ls = grid_1d(-(-geo.n // vw))
         tail = tuple(np.int64(v) for v in (coef, K, geo.n, geo.kd, geo.km, pd, pm)) + (affine,)
         tail += (np.int64(geo.kd2 or geo.n), np.int64(geo.kmul2))
-        if backward:
+        flat = apply_2d_layout(geo.n, geo.kd, geo.km, geo.kd2, geo.kmul2, pd, pm, problem.affine)
+        if uses_2d_apply(ctx) and flat is not None:
+            d0, kq, kq2, kmode, pq, pmode = flat
+            spec = _spec("norm_apply_2d", problem, 1, *apply_2d_grid(geo.n, d0))
+            args = (Tensor("x"), Tensor("dy") if backward else Tensor("x"), Tensor("dx" if backward else "y"))
+            args += (ws, weight, t("bias" if problem.affine and not backward else None), np.int64(coef))
+            args += tuple(np.int64(v) for v in (K, geo.n // d0, d0, kq, geo.km, kq2, geo.kmul2))
+            args += (np.int32(kmode),)
+            args += (np.int64(pq), np.int64(pm), np.int32(pmode), affine, np.int32(backward))
+            steps.append(Launch(spec, args))
+        elif backward:
             spec = _spec("norm_bwd_packed", problem, vw, gs, ls)
             steps.append(Launch(spec, (Tensor("x"), Tensor("dy"), Tensor("dx"), ws, weight, *tail)))
         else:
@@ -216,6 +297,8 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
 def _pgrad_chunks(ctx, g: PgradGeometry) -> int:
     """Chunks of the packed weight-gradient reduction: enough work-groups to fill the device."""
     cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    if g.kind == "cols" and uses_2d_apply(ctx):
+        return int(max(1, min(cus * 4, g.rows)))
     if g.kind == "cols":
         groups = -(-g.P // CX)
         return int(max(1, min(-(-cus * 4 // groups), g.rows // (CY * 8), 1024)))
@@ -226,7 +309,13 @@ def _packed_pgrad(ctx, problem, g: PgradGeometry, part: int, coef: int, K: int) 
     """dweight, dbias of a packed layer / group norm: partial sums per chunk, then their sum."""
     nchunks = _pgrad_chunks(ctx, g)
     common = (Tensor("x"), Tensor("dy"), Workspace(), np.int64(part), np.int64(coef), np.int64(K))
-    if g.kind == "cols":
+    if g.kind == "cols" and uses_2d_apply(ctx):
+        rpc = -(-g.rows // nchunks)
+        nchunks = -(-g.rows // rpc)
+        spec = _spec("norm_pgrad_cols_serial", problem, 1, *serial_grid(nchunks))
+        nums = (g.P, g.rows, g.rstride, rpc, nchunks, g.rdiv, g.rmul, g.cdiv)
+        args = (*common, *(np.int64(v) for v in nums))
+    elif g.kind == "cols":
         rpc = -(-g.rows // nchunks)
         nchunks = -(-g.rows // rpc)
         spec = _spec("norm_pgrad_cols", problem, 1, (-(-g.P // CX) * CX, nchunks * CY), (CX, CY))
