@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
@@ -38,6 +39,33 @@ def check(handle, solution, rng: np.random.Generator | None = None) -> float:
     err = rms_range(got, expected)
     assert err < tolerance(problem), f"{solution.solver} on {problem.key()}: error {err}"
     return err
+
+
+def check_solver(handle, solver, problem: ConvProblem, rng: np.random.Generator, config=None) -> float:
+    """``check`` of ``solver`` (applicable to the problem's conv view) with ``config`` (default:
+    the solver's default config for that view)."""
+    from miopy.engine.candidates import make_solution
+
+    view_ = problem.conv_view()
+    assert solver.is_applicable(handle, view_) is None, solver.is_applicable(handle, view_)
+    config = config or solver.default_config(handle, view_)
+    solution = make_solution(handle, problem, solver, config)
+    assert solution.config == config
+    return check(handle, solution, rng)
+
+
+def nvrtc_reason() -> str | None:
+    """Why NVRTC cannot compile kernels here (cuda-bindings or libnvrtc missing), or None."""
+    try:
+        from miopy.backends import cuda
+
+        cuda.nvrtc_version()
+    except Exception as exc:  # cuda-bindings or libnvrtc missing
+        return f"NVRTC unavailable: {exc}"
+    return None
+
+
+needs_nvrtc = pytest.mark.skipif(nvrtc_reason() is not None, reason=str(nvrtc_reason()))
 
 
 def random_problem(

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+import support
 
 from miopy.backends.base import KERNEL_ROOT
 
@@ -26,17 +27,7 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _OFF_SWITCH = re.compile(r"^\s*#\s*ifndef\s+(\w+)\s*\n\s*#\s*define\s+\1\s+0\s*\n\s*#\s*endif", re.M)
 
 
-def _nvrtc_reason() -> str | None:
-    try:
-        from miopy.backends import cuda
-
-        cuda.nvrtc_version()
-    except Exception as exc:  # cuda-bindings or libnvrtc missing
-        return f"NVRTC unavailable: {exc}"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
+pytestmark = support.needs_nvrtc
 
 
 def _with_includes(path: Path, seen: set[Path] | None = None) -> str:

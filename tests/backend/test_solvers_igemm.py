@@ -16,7 +16,6 @@ import support
 
 from miopy import backends
 from miopy.backends.base import DeviceInfo
-from miopy.engine.candidates import make_solution
 from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solution import Tensor, Workspace
@@ -234,17 +233,7 @@ def test_split_reduction_geometry():
     assert not SOLVER.is_valid_config(CTX, ODD, {**few_steps, "split_k": 6})
 
 
-def _nvrtc_reason() -> str | None:
-    try:
-        from miopy.backends import cuda
-
-        cuda.nvrtc_version()
-    except Exception as exc:
-        return f"NVRTC unavailable: {exc}"
-    return None
-
-
-@pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
+@support.needs_nvrtc
 def test_sample_of_configs_compiles_for_sm90():
     """NVRTC builds the kernel of the default and of a spread of the search space (no GPU)."""
     from miopy.backends.base import KERNEL_ROOT
@@ -274,11 +263,7 @@ def handle():
 
 
 def check(handle, problem: ConvProblem, rng, config=None) -> float:
-    view_ = problem.conv_view()
-    assert SOLVER.is_applicable(handle, view_) is None, SOLVER.is_applicable(handle, view_)
-    solution = make_solution(handle, problem, SOLVER, config or SOLVER.default_config(handle, view_))
-    assert solution.config == (config or SOLVER.default_config(handle, view_))
-    return support.check(handle, solution, rng)
+    return support.check_solver(handle, SOLVER, problem, rng, config)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

@@ -16,7 +16,6 @@ import support
 from test_solvers_igemm import CTX, fake_ctx, make
 
 from miopy import backends
-from miopy.engine.candidates import make_solution
 from miopy.errors import BadParm
 from miopy.solution import Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
@@ -208,17 +207,7 @@ def test_wrw_launch_geometry():
     assert program.steps[0].shared_mem == wrw.smem_bytes(one) == 3 * 192 * 64 * 2
 
 
-def _nvrtc_reason() -> str | None:
-    try:
-        from miopy.backends import cuda
-
-        cuda.nvrtc_version()
-    except Exception as exc:
-        return f"NVRTC unavailable: {exc}"
-    return None
-
-
-@pytest.mark.skipif(_nvrtc_reason() is not None, reason=str(_nvrtc_reason()))
+@support.needs_nvrtc
 @pytest.mark.parametrize("direction", ["B", "W"])
 def test_sample_of_configs_compiles_for_sm90(direction):
     """NVRTC builds the kernels of the default and of a spread of the search space (no GPU)."""
@@ -251,12 +240,7 @@ def handle():
 
 
 def check(handle, solver, problem, rng, config=None) -> float:
-    view_ = problem.conv_view()
-    assert solver.is_applicable(handle, view_) is None, solver.is_applicable(handle, view_)
-    config = config or solver.default_config(handle, view_)
-    solution = make_solution(handle, problem, solver, config)
-    assert solution.config == config
-    return support.check(handle, solution, rng)
+    return support.check_solver(handle, solver, problem, rng, config)
 
 
 def random_problem(rng, dtype, direction):
