@@ -188,10 +188,25 @@ def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) ->
     return defines
 
 
-def reduce_spec(file: str, name: str, defines: dict[str, Any], elements: int) -> KernelSpec:
-    """The split-K sum kernel ``name`` of ``file``: one work item per 8 of ``elements`` outputs."""
-    groups = -(-(elements // 8) // REDUCE_THREADS)
-    return KernelSpec(file, name, defines, (groups * REDUCE_THREADS,), (REDUCE_THREADS,))
+def gemm_specs(
+    file: str,
+    reduce_name: str,
+    defines: dict[str, Any],
+    config: dict[str, int],
+    tiles: tuple[int, ...],
+    outputs: int,
+) -> list[KernelSpec]:
+    """The GEMM kernel of ``file`` (named as the file): a block of ``threads(config)`` per tile of
+    the ``tiles`` grid and per slice of the reduction (the grid's last dimension); with a split,
+    the sum kernel ``reduce_name``, one work item per 8 of the ``outputs``."""
+    local = threads(config)
+    split = config["split_k"]
+    grid = (tiles[0] * local, *tiles[1:], split)
+    specs = [KernelSpec(file, file, defines, grid, (local,) + (1,) * (len(grid) - 1))]
+    if split > 1:
+        groups = -(-(outputs // 8) // REDUCE_THREADS)
+        specs.append(KernelSpec(file, reduce_name, defines, (groups * REDUCE_THREADS,), (REDUCE_THREADS,)))
+    return specs
 
 
 class IgemmSolver(TunableSolver):

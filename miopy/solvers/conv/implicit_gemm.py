@@ -21,11 +21,10 @@ from miopy.solvers.conv.igemm_common import (
     MIN_SLICE_TILES,
     IgemmSolver,
     compute_units,
+    gemm_specs,
     pow2_cap,
-    reduce_spec,
     shape_defines,
     split_workspace_bytes,
-    threads,
     tile_candidates,
     tile_smem_bytes,
 )
@@ -72,13 +71,8 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
     n, _, ho, wo = problem.y.lens
     k = problem.w.lens[0]
     defines = shape_defines(problem, config)
-    local = threads(config)
-    split = config["split_k"]
-    grid = (grid_blocks(problem, config) * local, split)
-    specs = [KernelSpec("igemm_fwd", "igemm_fwd", defines, grid, (local, 1))]
-    if split > 1:
-        specs.append(reduce_spec("igemm_fwd", "igemm_splitk_reduce", defines, n * ho * wo * k))
-    return specs
+    tile_grid = (grid_blocks(problem, config),)
+    return gemm_specs("igemm_fwd", "igemm_splitk_reduce", defines, config, tile_grid, n * ho * wo * k)
 
 
 class ConvIgemmFwdNhwc(IgemmSolver):

@@ -25,11 +25,10 @@ from miopy.solvers.conv.igemm_common import (
     MIN_SLICE_TILES,
     IgemmSolver,
     compute_units,
+    gemm_specs,
     pow2_cap,
-    reduce_spec,
     shape_defines,
     split_workspace_bytes,
-    threads,
     tile_candidates,
     tile_smem_bytes,
 )
@@ -89,14 +88,8 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
     n, c, h, w = problem.x.lens
     rstep, sstep = phase_steps(problem)
     defines = shape_defines(problem, config, RSTEP=rstep, SSTEP=sstep)
-    local = threads(config)
-    sh, sw = problem.conv.strides
-    split = config["split_k"]
-    grid = (tiles(problem, config) * local, sh * sw, split)
-    specs = [KernelSpec("igemm_bwd", "igemm_bwd", defines, grid, (local, 1, 1))]
-    if split > 1:
-        specs.append(reduce_spec("igemm_bwd", "igemm_bwd_splitk_reduce", defines, n * h * w * c))
-    return specs
+    tile_grid = (tiles(problem, config), problem.conv.strides[0] * problem.conv.strides[1])
+    return gemm_specs("igemm_bwd", "igemm_bwd_splitk_reduce", defines, config, tile_grid, n * h * w * c)
 
 
 class ConvIgemmBwdNhwc(IgemmSolver):

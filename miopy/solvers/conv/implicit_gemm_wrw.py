@@ -23,11 +23,10 @@ from miopy.solvers.conv.igemm_common import (
     MIN_SLICE_TILES,
     IgemmSolver,
     compute_units,
+    gemm_specs,
     pow2_cap,
-    reduce_spec,
     shape_defines,
     split_workspace_bytes,
-    threads,
     tile_candidates,
     tile_smem_bytes,
 )
@@ -93,13 +92,9 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
     igemm_wrw_splitk_reduce, one work item per 8 dw values."""
     k, c, r, s = problem.w.lens
     defines = shape_defines(problem, config)
-    local = threads(config)
-    split = config["split_k"]
-    grid = (tiles(problem, config) * local, split)
-    specs = [KernelSpec("igemm_wrw", "igemm_wrw", defines, grid, (local, 1))]
-    if split > 1:
-        specs.append(reduce_spec("igemm_wrw", "igemm_wrw_splitk_reduce", defines, k * r * s * c))
-    return specs
+    return gemm_specs(
+        "igemm_wrw", "igemm_wrw_splitk_reduce", defines, config, (tiles(problem, config),), k * r * s * c
+    )
 
 
 class ConvIgemmWrwNhwc(IgemmSolver):
