@@ -85,7 +85,12 @@ if backends.unavailable_reason("cuda") is None:
     print(backends.create("cuda").info)
 EOF'
 
-step "pytest -m gpu tests" 240 python3 -m pytest -q -m gpu --durations=8 tests
+step "pytest -m gpu tests" 240 python3 -m pytest -q -m gpu --durations=8 tests \
+    --ignore=tests/frameworks/test_frameworks_cuda.py
+# miopy.functional / miopy.torch on CUDA tensors and CuPy arrays (~170 small cases, side streams,
+# training): a step of its own so that its compiles do not eat the other GPU tests' minutes.
+step "pytest frameworks on CUDA" 240 python3 -m pytest -q -m gpu --durations=8 \
+    tests/frameworks/test_frameworks_cuda.py
 # NVIDIA's OpenCL miscompiles once NVRTC is loaded in the process (the backend refuses then), so
 # the OpenCL tests run in a pytest process of their own, without the CUDA test modules.
 step "pytest tests/backend on NVIDIA OpenCL" 150 python3 -m pytest -q -m "not gpu" tests/backend \
