@@ -31,6 +31,13 @@ case ",$extras," in *",dev,"*)
         .venv/bin/python -m pip install -q "torch==2.13.0" \
             2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; } ||
             echo "PyTorch (CPU) did not install: the torch tests will be skipped" >&2
+    fi
+    # JAX (CPU, ~90 MB download, about a minute once) for tests/frameworks/test_jax.py; miopy
+    # itself never needs it, so a failed install only skips those tests.
+    if ! .venv/bin/python -c 'import jax' 2>/dev/null; then
+        .venv/bin/python -m pip install -q "jax==0.10.2" \
+            2>&1 | { grep -v -E "^WARNING: Location|^ *$" || true; } ||
+            echo "JAX did not install: the JAX tests will be skipped" >&2
     fi ;;
 esac
 if ! .venv/bin/python -c 'import pyopencl as cl, sys; sys.exit(0 if any(p.get_devices() for p in cl.get_platforms()) else 1)' 2>/dev/null; then
