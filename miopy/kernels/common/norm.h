@@ -107,6 +107,7 @@ typedef u16 param_t;
 #define NORM_ID_norm_apply_2d 13
 #define NORM_ID_norm_reduce_rows_serial 14
 #define NORM_ID_norm_pgrad_cols_serial 15
+#define NORM_ID_ln_rows_fwd 16
 #ifdef NORM_ONLY
 #define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
 #else
@@ -126,6 +127,7 @@ typedef u16 param_t;
 #define NORM_LOADV(p, off, v, va) ((v)[0] = LOAD((p), (off)))
 #endif
 #define NUM_GROUPS0 (GLOBAL_SIZE0 / NORM_LOCAL)
+#define NUM_GROUPS_LN (GLOBAL_SIZE0 / LN_LOCAL)
 
 /* finalise: what the call computes */
 #define OP_BN_TRAIN 0
@@ -787,6 +789,19 @@ KERNEL void norm_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* R
         if(++idx == m) idx = 0;                                                                    \
     }
 
+/* index division in 32 bits when both sides fit (a GPU divides 64-bit integers in software,
+   several times slower); the branch is uniform in practice */
+DEVICE_FN i64 norm_div(i64 a, i64 b)
+{
+    return (a < 4294967296LL && b < 4294967296LL) ? (i64)((u32)a / (u32)b) : a / b;
+}
+DEVICE_FN i64 norm_mod(i64 a, i64 b)
+{
+    return (a < 4294967296LL && b < 4294967296LL) ? (i64)((u32)a % (u32)b) : a % b;
+}
+#define NORM_DIV(a, b) norm_div((a), (b))
+#define NORM_MOD(a, b) norm_mod((a), (b))
+
 #if NORM_WANT(norm_fwd_packed)
 KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
                             const GLOBAL float* RESTRICT ws, const GLOBAL param_t* RESTRICT w,
@@ -797,8 +812,9 @@ KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
     const i64 step = vec_ok ? NORM_VW : 1;
     for(i64 i0 = GLOBAL_ID0 * step; i0 < n; i0 += GLOBAL_SIZE0 * step)
     {
-        i64 kr = i0 % kd, k1 = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
-        i64 r2 = i0 % kd2, k2 = i0 / kd2;
+        i64 kr = NORM_MOD(i0, kd), k1 = NORM_MOD(NORM_DIV(i0, kd), km);
+        i64 pr = NORM_MOD(i0, pd), p = NORM_MOD(NORM_DIV(i0, pd), pm);
+        i64 r2 = NORM_MOD(i0, kd2), k2 = NORM_DIV(i0, kd2);
         const int cnt = (int)(n - i0 < step ? n - i0 : step);
         float v[NORM_VW];
 #if NORM_VW > 1
@@ -843,8 +859,9 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
     const i64 step = vec_ok ? NORM_VW : 1;
     for(i64 i0 = GLOBAL_ID0 * step; i0 < n; i0 += GLOBAL_SIZE0 * step)
     {
-        i64 kr = i0 % kd, k1 = (i0 / kd) % km, pr = i0 % pd, p = (i0 / pd) % pm;
-        i64 r2 = i0 % kd2, k2 = i0 / kd2;
+        i64 kr = NORM_MOD(i0, kd), k1 = NORM_MOD(NORM_DIV(i0, kd), km);
+        i64 pr = NORM_MOD(i0, pd), p = NORM_MOD(NORM_DIV(i0, pd), pm);
+        i64 r2 = NORM_MOD(i0, kd2), k2 = NORM_DIV(i0, kd2);
         const int cnt = (int)(n - i0 < step ? n - i0 : step);
         float v[NORM_VW], g[NORM_VW];
 #if NORM_VW > 1
@@ -942,6 +959,122 @@ KERNEL void norm_apply_2d(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* 
     })
 }
 #undef NORM_ROW_LOOP
+#endif
+
+/* Layer norm forward in one pass over the data: a work-group of LN_LOCAL work items per row of L
+   contiguous elements (row-major x, y), each holding up to LN_PER vectors of NORM_VW elements in
+   registers, less the row's first element K (exact near a large mean, as the shifted sums
+   above); the mean of those, then the sum of squared deviations from it (two passes over the
+   registers: no cancellation), then y = (x - mean) * rstd (* w[j] + b[j]), mean[row] = K + that
+   mean and rstd[row]. */
+#if NORM_WANT(ln_rows_fwd)
+#ifndef LN_LOCAL
+#define LN_LOCAL 128
+#endif
+#ifndef LN_PER
+#define LN_PER 1
+#endif
+#ifdef __OPENCL_VERSION__
+#define LN_SHARED_PTR LOCAL float*
+#else
+#define LN_SHARED_PTR float* /* CUDA: a plain pointer into __shared__ memory */
+#endif
+DEVICE_FN float ln_block_sum(LN_SHARED_PTR sh, float v, int lid)
+{
+#ifdef __OPENCL_VERSION__
+    sh[lid] = v;
+    BARRIER();
+    for(int h = LN_LOCAL / 2; h > 0; h >>= 1)
+    {
+        if(lid < h)
+            sh[lid] += sh[lid + h];
+        BARRIER();
+    }
+    const float r = sh[0];
+    BARRIER();
+    return r;
+#else
+    for(int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if((lid & 31) == 0)
+        sh[lid >> 5] = v;
+    __syncthreads();
+    float r = 0.0f;
+    for(int i = 0; i < LN_LOCAL / 32; ++i)
+        r += sh[i];
+    __syncthreads();
+    return r;
+#endif
+}
+
+KERNEL void ln_rows_fwd(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                        const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT b,
+                        GLOBAL param_t* RESTRICT mean, GLOBAL param_t* RESTRICT rstd, i64 rows, int L,
+                        float eps, int affine)
+{
+    LOCAL float sh[LN_LOCAL];
+    const int lid = LOCAL_ID0;
+    const int va = ALIGNED16(x) && ALIGNED16(y);
+    for(i64 row = GROUP_ID0; row < rows; row += NUM_GROUPS_LN)
+    {
+        const i64 base = row * L;
+        const float shift = LOAD(x, base);
+        float v[LN_PER][NORM_VW];
+        float s = 0.0f;
+        for(int t = 0; t < LN_PER; ++t)
+        {
+            const int j = (t * LN_LOCAL + lid) * NORM_VW;
+            if(j < L)
+            {
+                NORM_LOADV(x, base + j, v[t], va);
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    v[t][e] -= shift;
+                    s += v[t][e];
+                }
+            }
+        }
+        const float m = ln_block_sum(sh, s, lid) / (float)L;
+        float s2 = 0.0f;
+        for(int t = 0; t < LN_PER; ++t)
+        {
+            const int j = (t * LN_LOCAL + lid) * NORM_VW;
+            if(j < L)
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    const float d = v[t][e] - m;
+                    s2 += d * d;
+                }
+        }
+        const float r = NORM_RSQRT(ln_block_sum(sh, s2, lid) / (float)L + eps);
+        for(int t = 0; t < LN_PER; ++t)
+        {
+            const int j = (t * LN_LOCAL + lid) * NORM_VW;
+            if(j < L)
+            {
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    float o = (v[t][e] - m) * r;
+                    if(affine)
+                        o = o * PLOAD(w, j + e) + PLOAD(b, j + e);
+                    v[t][e] = o;
+                }
+#if NORM_VW > 1
+                if(va)
+                    store_vec(y, base + j, v[t]);
+                else
+#endif
+                    for(int e = 0; e < NORM_VW; ++e)
+                        STORE(y, base + j + e, v[t][e]);
+            }
+        }
+        if(lid == 0)
+        {
+            PSTORE(mean, row, shift + m);
+            PSTORE(rstd, row, r);
+        }
+    }
+}
 #endif
 
 #endif

@@ -35,6 +35,7 @@ KERNEL_IDS = {
     "norm_apply_2d": 13,
     "norm_reduce_rows_serial": 14,
     "norm_pgrad_cols_serial": 15,
+    "ln_rows_fwd": 16,
 }
 VEC_BYTES = 16
 CX, CY = 32, 8  # NORM_CX, NORM_CY
@@ -346,4 +347,44 @@ def packed_reason(problem: NormProblem) -> str | None:
     return None
 
 
-__all__ = ["OP", "NormProblem", "norm_program", "packed_reason"]
+LN_ROWS_PER_MOST = 8  # vectors per work item of ln_rows_fwd
+
+
+def ln_rows_shape(ctx, problem) -> tuple[int, int, int, int] | str:
+    """(L, vw, local, per) of the one-pass layer norm forward, or why it does not apply: x
+    row-major (rows of L normalised elements), the statistics packed, a row in registers."""
+    if getattr(problem, "primitive", None) != "layernorm" or problem.norm_kind != "ln_fwd":
+        return "not a layer norm forward"
+    if not problem.x.packed:
+        return "x is not row-major"
+    t = problem.tensors()
+    if any(not t[r].packed for r in ("y", "mean", "rstd")):
+        return "y or the statistics are not packed"
+    L = problem.weight_desc.element_count
+    dtype = problem.x.dtype
+    vw = _vw(ctx, dtype, L % (VEC_BYTES // dtype.itemsize) == 0)
+    vectors = -(-L // vw)
+    local = min(LOCAL, max(32, 1 << max(0, (vectors - 1).bit_length())))
+    per = -(-vectors // local)
+    if per > LN_ROWS_PER_MOST:
+        return f"rows of {L} elements do not fit the registers"
+    return L, vw, local, 1 << max(0, (per - 1).bit_length())
+
+
+def ln_rows_program(ctx, problem) -> Program:
+    """ln_rows_fwd: one work-group per row, one pass over x."""
+    shape = ln_rows_shape(ctx, problem)
+    assert not isinstance(shape, str), shape
+    L, vw, local, per = shape
+    rows = problem.x.element_count // L
+    spec = _spec("ln_rows_fwd", problem, vw, (min(rows, MAX_GROUPS) * local,), (local,))
+    spec = KernelSpec(spec.file, spec.name, {**dict(spec.defines), "LN_LOCAL": local, "LN_PER": per},
+                      spec.global_size, spec.local_size)  # fmt: skip
+    w = Tensor("weight") if problem.affine else Tensor("x")
+    b = Tensor("bias") if problem.affine else Tensor("x")
+    args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(rows), np.int32(L))
+    args += (Scalar("epsilon", "float32", problem.epsilon), np.int32(1 if problem.affine else 0))
+    return Program((Launch(spec, args),))
+
+
+__all__ = ["OP", "NormProblem", "ln_rows_program", "ln_rows_shape", "norm_program", "packed_reason"]

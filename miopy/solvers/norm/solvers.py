@@ -6,7 +6,7 @@ from __future__ import annotations
 from miopy.solution import Program
 from miopy.solvers.base import Solver
 from miopy.solvers.norm.bn_program import bn_packed_program
-from miopy.solvers.norm.program import norm_program, packed_reason
+from miopy.solvers.norm.program import ln_rows_program, ln_rows_shape, norm_program, packed_reason
 
 
 class _Norm(Solver):
@@ -49,8 +49,33 @@ BNORM_SOLVERS = [
     _make("bnorm", "BnBwdStrided", 405, "bn_bwd", False),
 ]
 
+
+class LayerNormFwdRows(Solver):
+    """Layer norm forward in one pass: a work-group per row held in registers (rows up to a few
+    thousand elements of a row-major x)."""
+
+    primitive = "layernorm"
+    name = "LayerNormFwdRows"
+    id = 414
+    algorithm = "direct"
+    dynamic = False
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if getattr(problem, "primitive", None) != self.primitive:
+            return "not a layernorm problem"
+        shape = ln_rows_shape(ctx, problem)
+        return shape if isinstance(shape, str) else None
+
+    def workspace_size(self, ctx, problem) -> int:
+        return 0
+
+    def get_program(self, ctx, problem, config=None) -> Program:
+        return ln_rows_program(ctx, problem)
+
+
 LAYERNORM_SOLVERS = [
     _make("layernorm", "LayerNormFwdPacked", 410, "ln_fwd", True),
+    LayerNormFwdRows(),
     _make("layernorm", "LayerNormFwdStrided", 411, "ln_fwd", False),
     _make("layernorm", "LayerNormBwdPacked", 412, "ln_bwd", True),
     _make("layernorm", "LayerNormBwdStrided", 413, "ln_bwd", False),
