@@ -10,26 +10,16 @@ exit status as the layer norm driver (miopy.driver.layernorm): MIOpenDriver's th
 
 from __future__ import annotations
 
-import math
 from typing import Any, TextIO
 
-from miopy.driver import harness
-from miopy.driver.cli import (
-    EXIT_OK,
-    EXIT_VERIFY_FAILED,
-    Flag,
-    command_line,
-    parse_flags,
-    print_flags,
-    wants_help,
-)
-from miopy.driver.layernorm import COMMON_FLAGS, errors, labeller, passes, reraise, run_passes, time_lines
+from miopy.driver import norm_family
+from miopy.driver.cli import Flag
+from miopy.driver.norm_family import COMMON_FLAGS, check_lines, labeller, reraise
 from miopy.errors import BadParm
 from miopy.problem.layernorm import CHANNELS_FIRST, CHANNELS_LAST, GroupNormProblem
 from miopy.problem.nd import NdDesc, channels_last_strides
 from miopy.problem.passes import Pass
 from miopy.reference.layernorm import reference
-from miopy.reference.tolerance import BASE
 from miopy.tensor import DataType
 
 SUBCOMMAND = {DataType.FP32: "groupnorm", DataType.FP16: "groupnormfp16", DataType.BF16: "groupnormbfp16"}
@@ -92,55 +82,27 @@ def build_problem(values: dict[str, Any], dtype: DataType | str, direction: Pass
 def problem_from_args(argv: list[str]) -> GroupNormProblem:
     """``[subcommand, flags...]`` -> the problem (the inverse of ``GroupNormProblem.driver_args``);
     ``-F 0`` gives the forward one."""
-    by_name = {v: k for k, v in SUBCOMMAND.items()}
-    sub, rest = (argv[0], argv[1:]) if argv and argv[0] in by_name else ("groupnorm", argv)
-    values = parse_flags(rest, FLAGS)
-    return build_problem(values, by_name[sub], passes(values, _label)[0])
+    return norm_family.problem_from_args(argv, SUBCOMMAND, FLAGS, build_problem)
 
 
 def _check(problem: GroupNormProblem, host, ref) -> tuple[bool, list[str]]:
     """MIOpenDriver's lines, stopping at the first failure."""
-    title = f"{problem.direction.title} GroupNorm"
-    lines = []
-    for role, err, tol in errors(problem, host, ref):
-        name = title if role in ("y", "dx") else f"{title} {role}"
-        if not (math.isfinite(err) and err <= tol):
-            return False, [*lines, f"{name} FAILED: {err:f}"]
-        lines.append(f"{name} Verifies on CPU and GPU (err={err:f})")
-    return True, lines
-
-
-def case(problem: GroupNormProblem) -> harness.Case:
-    title = f"{problem.direction.title} GroupNorm"
-    return harness.Case(
+    return check_lines(
         problem,
-        title,
-        title,
-        f"dump_groupnorm_{'fwd' if problem.direction is Pass.FORWARD else 'bwd'}_out_gpu.bin",
-        reference=reference,
-        tolerance=lambda p, s: BASE[p.dtype],
-        solution_flag=_label("solution"),
-        what=problem.direction.title,
-        time_lines=time_lines(title, "f"),
-        check=_check,
+        host,
+        ref,
+        f"{problem.direction.title} GroupNorm",
+        lambda n, e, t: f"{n} Verifies on CPU and GPU (err={e:f})",
+        lambda n, role, e, t: f"{n} FAILED: {e:f}",
     )
 
 
-def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
-    dtype = DataType.parse(dtype_name)
-    sub = SUBCOMMAND[dtype]
-    if wants_help(argv):
-        print_flags(sub, FLAGS, out)
-        return EXIT_OK
-    print(command_line(sub, argv), file=out)
-    out.flush()
-    values = parse_flags(argv, FLAGS)
-    harness.check_common(values, _label)
-    problems = [build_problem(values, dtype, p) for p in passes(values, _label)]
-    from miopy.handle import Handle
+def case(problem: GroupNormProblem):
+    return norm_family.norm_case(problem, "GroupNorm", reference, _check, "f", _label("solution"))
 
-    ok = run_passes(Handle(), problems, case, values, out)
-    return EXIT_OK if ok else EXIT_VERIFY_FAILED
+
+def run(dtype_name: str, argv: list[str], out: TextIO) -> int:
+    return norm_family.run_driver(dtype_name, argv, out, SUBCOMMAND, FLAGS, build_problem, case)
 
 
 __all__ = ["FLAGS", "build_problem", "problem_from_args", "run"]
