@@ -47,11 +47,13 @@ echo
 echo "== the package: $kdb"
 origin="carried (built on a CPU machine)"
 if [ -f "$kdb" ] && python3 -m miopy kernels show "$kdb" &&
-    python3 -m miopy kernels install "$kdb" --dest "$state/checked"; then
+    python3 -m miopy kernels install "$kdb" --dest "$state/checked" &&
+    python3 -m miopy kernels check "$kdb" resnet50 --batch 32 --backend cuda | tail -1; then
     use="$kdb"
-    echo "it matches this GPU"
+    echo "it matches this GPU and holds every kernel of the workload"
 else
-    echo "no usable carried package (above); building one here for the live device (16 jobs)"
+    echo "no usable carried package (above: missing, for another device or compiler, or built from"
+    echo "other kernel sources); building one here for the live device (16 jobs)"
     start=$SECONDS
     if ! timeout 120 python3 -m miopy kernels build resnet50 --batch 32 --backend cuda --jobs 16 \
         -o "$state/rebuilt" --json >"$state/rebuilt.json"; then

@@ -41,7 +41,8 @@ ALTER TABLE kern_db ADD COLUMN created REAL NOT NULL DEFAULT 0;
 ALTER TABLE kern_db ADD COLUMN miopy_version TEXT NOT NULL DEFAULT '';
 """
 }
-_KEY_WHERE = "kernel_file = ? AND kernel_name = ? AND kernel_args = ? AND source_hash = ? AND fingerprint = ?"
+KEY_COLUMNS = ("kernel_file", "kernel_name", "kernel_args", "source_hash", "fingerprint")
+_KEY_WHERE = " AND ".join(f"{c} = ?" for c in KEY_COLUMNS)
 
 
 @dataclass(frozen=True)

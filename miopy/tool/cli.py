@@ -89,6 +89,18 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("file", type=Path)
     k.add_argument("--json", action="store_true")
     k = kernels.add_parser(
+        "check", help="whether a package holds every kernel a workload needs (exit 2 when not)"
+    )
+    k.add_argument("file", type=Path, help="a .kdb")
+    k.add_argument("workload", help="as for build")
+    k.add_argument("--backend", default="cuda", choices=["cuda", "opencl"])
+    k.add_argument("--arch", help="CUDA: the target architecture, e.g. sm_90")
+    k.add_argument("--cu", type=int, help="CUDA: the target's SM count, e.g. 132")
+    k.add_argument("--device", type=int, default=0)
+    k.add_argument("--batch", help="built-in sets: batch sizes, comma-separated")
+    k.add_argument("--dtype", default="fp32")
+    k.add_argument("--json", action="store_true")
+    k = kernels.add_parser(
         "package", help="a small wheel holding a .kdb, which `pip install` puts where miopy looks"
     )
     k.add_argument("file", type=Path, help="a .kdb made by `miopy kernels build`")
@@ -280,6 +292,23 @@ def _kernels(args, out: TextIO) -> int:
             for manifest in shown.get("packages", [shown]):
                 print(kernels.describe(manifest), file=out)
         return EXIT_OK
+    if args.action == "check":
+        from miopy.tool import target, workload
+
+        ctx = target.target(args.backend, args.arch, args.cu, args.device)
+        load = workload.load(args.workload, _batches(args.batch), args.dtype)
+        report = kernels.coverage(ctx, load, args.file)
+        if args.json:
+            write_json(report, out)
+        else:
+            for line in report["missing"]:
+                print(f"missing: {line}", file=out)
+            print(
+                f"{args.file}: {report['needed'] - len(report['missing'])} of {report['needed']} kernels "
+                f"the workload needs (compiler {report['fingerprint']})",
+                file=out,
+            )
+        return EXIT_OK if not report["missing"] else EXIT_PROBLEMS
     if args.action == "package":
         made = kernels.package(args.file, args.out)
         if args.json:

@@ -154,6 +154,33 @@ def build(
     return manifest | {"path": str(path)}
 
 
+def coverage(ctx: TargetContext, workload: Workload, path: Path) -> dict[str, Any]:
+    """Which kernels the workload needs on the target that the package ``path`` lacks (another
+    kernel source, options or compiler fingerprint than it was built with): a stale package."""
+    read_manifest(path)
+    found, _ = solutions(ctx, workload)
+    specs = kernel_specs(found)
+    where = " AND ".join(f"{c} = ?" for c in kernel_cache.KEY_COLUMNS)
+    missing = []
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        for spec in specs:
+            key, _ = ctx.kernel_key(spec)
+            if conn.execute(f"SELECT 1 FROM kern_db WHERE {where}", key.columns()).fetchone() is None:
+                missing.append(f"{key.file} {key.name} {key.options}")
+    except sqlite3.DatabaseError as exc:
+        raise ToolError(f"{path}: cannot read it ({exc})") from None
+    finally:
+        conn.close()
+    return {
+        "package": str(path),
+        "workload": workload.description,
+        "fingerprint": ctx.info.fingerprint,
+        "needed": len(specs),
+        "missing": missing,
+    }
+
+
 # ---- install ----------------------------------------------------------------------------------------
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest inside a kdb, after checking that it is a readable, intact kernel package."""

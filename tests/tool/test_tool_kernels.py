@@ -141,6 +141,19 @@ def test_wheel_pip_installed_where_a_fresh_process_finds_it(ocl, built, tool, to
     assert not (tmp_path / "nope" / path.name).exists()
 
 
+def test_check_says_which_kernels_a_package_lacks(built, tool, tool_json, tmp_path):
+    path, work = built
+    report = tool_json("kernels", "check", path, work, "--backend", "opencl")
+    assert report["needed"] >= 3 and report["missing"] == []
+    more = tmp_path / "more.txt"
+    more.write_text(work.read_text() + "pool -W 1x4x8x8 -y 2 -x 2 -v 2 -u 2 -F 1\n")
+    code, out, err = tool("kernels", "check", path, more, "--backend", "opencl")
+    assert code == 2, err
+    missing = [line for line in out.splitlines() if line.startswith("missing: ")]
+    assert missing and all("pool" in line for line in missing)
+    assert f"{report['needed']} of {report['needed'] + len(missing)} kernels" in out
+
+
 def test_damaged_or_foreign_packages(tool, tmp_path):
     bad = tmp_path / "bad.kdb"
     bad.write_bytes(b"\0" * 4096)
