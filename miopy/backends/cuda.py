@@ -139,9 +139,11 @@ def _headers_version() -> str:
 def _program_log(prog) -> str:
     nvrtc = _nvrtc()
     (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    # A fresh bytearray: NVRTC writes into the buffer, and ``b" " * 1`` is CPython's shared
+    # one-byte object, which the write would corrupt for the whole process.
+    buf = bytearray(size)
     _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0 ").decode(errors="replace")
+    return bytes(buf).rstrip(b"\0 ").decode(errors="replace")
 
 
 def _compile(source: str, filename: str, options: list[str], arch: str) -> bytes:
@@ -178,8 +180,9 @@ def _compile(source: str, filename: str, options: list[str], arch: str) -> bytes
         else:
             get_size, get = nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX
         (size,) = _check(get_size(prog), f"{filename}: binary size")
-        binary = b" " * size
-        _check(get(prog, binary), f"{filename}: binary")
+        buf = bytearray(size)  # written by NVRTC: never a shared bytes object
+        _check(get(prog, buf), f"{filename}: binary")
+        binary = bytes(buf)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     if not binary.strip(b"\0 "):

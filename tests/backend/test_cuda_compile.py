@@ -144,3 +144,19 @@ def test_module_import_is_cheap_and_safe():
     )
     assert out.returncode == 0, out.stderr
     assert "REASON" in out.stdout
+
+
+def test_compile_leaves_shared_bytes_objects_alone():
+    """NVRTC writes its log and binary into buffers we hand it: never CPython's shared one-byte
+    objects (an empty log has size 1, and ``b" " * 1`` is the interned ``b" "``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from miopy.backends.cuda import compile_cubin\n"
+        "compile_cubin('extern \"C\" __global__ void k() {}', 'k.cu', [])\n"
+        "assert b' ' == bytes([32]) and bytes(1) == bytes([0]), (b' ', bytes(1))\n"
+        "print('a', 'b')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert out.stdout == b"a b\n", out.stdout
