@@ -194,6 +194,16 @@ def conv_transpose3d(
     return _forward(3, input, weight, bias, params, handle)
 
 
+def _grad(direction: Direction, ops: dict, out_role: str, size, conv: tuple, handle, like: str) -> Any:
+    """One of the two gradients: ``out_role``'s array of shape ``size`` from the two operands,
+    in ``ops[like]``'s kind and memory order; ``conv`` is PyTorch's (stride, padding, dilation,
+    groups, output_padding, transposed)."""
+    params = _params(ops[like].desc.spatial_dims, *conv)
+    lens = tuple(int(n) for n in size)
+    out = _run_conv(direction, ops, out_role, lens, params, handle, ops[like])
+    return arrays.finish(ops[like], out)
+
+
 def conv_input_grad(
     input_size,
     weight: Any,
@@ -210,13 +220,9 @@ def conv_input_grad(
     """The gradient of a (transposed) convolution with respect to its input, shape
     ``input_size`` (``torch.nn.grad.conv2d_input``), by miopy's backward-data solvers. The result
     takes grad_output's kind and memory order."""
-    dy = arrays.operand(grad_output, "grad_output")
-    w = arrays.operand(weight, "weight")
-    dims = dy.desc.spatial_dims
-    params = _params(dims, stride, padding, dilation, groups, output_padding, transposed)
-    lens = tuple(int(n) for n in input_size)
-    dx = _run_conv(Direction.BACKWARD_DATA, {"w": w, "y": dy}, "x", lens, params, handle, dy)
-    return arrays.finish(dy, dx)
+    ops = {"w": arrays.operand(weight, "weight"), "y": arrays.operand(grad_output, "grad_output")}
+    conv = (stride, padding, dilation, groups, output_padding, transposed)
+    return _grad(Direction.BACKWARD_DATA, ops, "x", input_size, conv, handle, like="y")
 
 
 def conv_weight_grad(
@@ -234,14 +240,9 @@ def conv_weight_grad(
 ) -> Any:
     """The gradient of a (transposed) convolution with respect to its weight, shape
     ``weight_size`` (``torch.nn.grad.conv2d_weight``), by miopy's backward-weights solvers."""
-    x = arrays.operand(input, "input")
-    dy = arrays.operand(grad_output, "grad_output")
-    dims = x.desc.spatial_dims
-    params = _params(dims, stride, padding, dilation, groups, output_padding, transposed)
-    lens = tuple(int(n) for n in weight_size)
-    dw_like = x
-    dw = _run_conv(Direction.BACKWARD_WEIGHTS, {"x": x, "y": dy}, "w", lens, params, handle, dw_like)
-    return arrays.finish(x, dw)
+    ops = {"x": arrays.operand(input, "input"), "y": arrays.operand(grad_output, "grad_output")}
+    conv = (stride, padding, dilation, groups, output_padding, transposed)
+    return _grad(Direction.BACKWARD_WEIGHTS, ops, "w", weight_size, conv, handle, like="x")
 
 
 __all__ = [
