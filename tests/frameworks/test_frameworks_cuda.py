@@ -441,26 +441,32 @@ def _stream_ptr(handle) -> int:
 @pytest.mark.parametrize("case", STREAM_CASES, ids=[c[0] for c in STREAM_CASES])
 def test_functional_follows_the_current_torch_stream(case):
     """Every input is written on a side stream after a ~50 ms GPU delay and miopy runs in that
-    stream's context: only if miopy enqueues on it does it read the written values. The results
-    are compared after synchronising that stream only."""
+    stream's context: only if miopy enqueues on it does it read the written values. A first call
+    on other arrays plans and compiles first, so that the side stream's delay is still running
+    when miopy enqueues (a compile would outlast it); two rounds, the second on new arrays of the
+    same shapes. The results are compared after synchronising that stream only."""
     name, shapes, ours, theirs, tol = case
-    src = make_inputs(shapes, "cuda", seed=3)
     handle = F.default_handle(("cuda", torch.cuda.current_device()))
-    F.clear_plans()  # the first (planning) call runs on the side stream too
     stream_before = _stream_ptr(handle)
-    mine = {k: torch.zeros_like(v) for k, v in src.items()}
+    ours(F, make_inputs(shapes, "cuda", seed=2))  # plan and compile on the default stream
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time before the inputs are written
-        for k, v in mine.items():
-            v.copy_(src[k])
-        got = _flat(ours(F, mine))
-    side.synchronize()
-    assert _stream_ptr(handle) == stream_before, "the handle's stream was not restored"
-    want = _flat(theirs({k: v.clone() for k, v in src.items()}))
-    for i, (g, w) in enumerate(zip(got, want)):
-        torch.testing.assert_close(g.float(), w.float(), **tol, msg=lambda m, n=name, j=i: f"{n}[{j}]: {m}")
+    for round_ in range(2):
+        src = make_inputs(shapes, "cuda", seed=3 + round_)
+        mine = {k: torch.zeros_like(v) for k, v in src.items()}
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time before the inputs are written
+            for k, v in mine.items():
+                v.copy_(src[k])
+            got = _flat(ours(F, mine))
+        side.synchronize()
+        assert _stream_ptr(handle) == stream_before, "the handle's stream was not restored"
+        want = _flat(theirs({k: v.clone() for k, v in src.items()}))
+        for i, (g, w) in enumerate(zip(got, want)):
+            torch.testing.assert_close(
+                g.float(), w.float(), **tol, msg=lambda m, n=name, j=i, r=round_: f"{n}[{j}] round {r}: {m}"
+            )
 
 
 def test_module_training_step_on_a_side_stream():
@@ -475,6 +481,11 @@ def test_module_training_step_on_a_side_stream():
     theirs = torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2)
     ).cuda()
+    warm = torch.randn(2, 3, 8, 8, device="cuda")  # plans and compiles before the timed round
+    ours(warm).sum().backward()
+    theirs(warm).sum().backward()
+    ours.zero_grad()
+    theirs.zero_grad()
     src = torch.randn(2, 3, 8, 8, device="cuda")
     x = torch.zeros_like(src).requires_grad_()
     torch.cuda.synchronize()
