@@ -52,6 +52,17 @@ def test_large_mean_does_not_cancel(ocl, layout):
         assert _run_all(ocl, p, rng, offset=1000.0, tol=1e-5) >= 1
 
 
+def test_long_reductions_stay_accurate(ocl):
+    """25088 elements per channel (ResNet's 56x56 at batch 8): OpenCL's serial row reduction sums
+    blocks with compensation; a plain running sum of the shifted values put the saved mean off by
+    1.5e-5 (rms_range), over the fp32 threshold."""
+    x = TensorDesc("fp32", (8, 4, 56, 56))
+    rng = np.random.default_rng(5)
+    for direction in ("T", "B"):
+        p = BatchNormProblem("SPATIAL", direction, x, save=direction == "T", running=direction == "T")
+        assert _run_all(ocl, p, rng, tol=6e-6) == 2
+
+
 def test_random_shapes_layouts_dtypes(ocl):
     rng = np.random.default_rng(7)
     pairs = [("fp32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32")]

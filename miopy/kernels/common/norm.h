@@ -106,6 +106,7 @@ typedef u16 param_t;
 #define NORM_ID_norm_pgrad_finish 12
 #define NORM_ID_norm_apply_2d 13
 #define NORM_ID_norm_reduce_rows_serial 14
+#define NORM_SERIAL_BLOCK 64 /* norm_reduce_rows_serial: elements summed apart */
 #define NORM_ID_norm_pgrad_cols_serial 15
 #define NORM_ID_ln_rows_fwd 16
 #ifdef NORM_ONLY
@@ -281,6 +282,15 @@ KERNEL void norm_reduce_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
    elements segment by segment in plain loops (no work-group tree, no division per element; the
    weight index of a weighted dy advances by counting). Same arguments and partial sums. */
 #if NORM_WANT(norm_reduce_rows_serial)
+DEVICE_FN void norm_kahan(float* sum, float* comp, float v)
+{
+    const float y = v - *comp;
+    const float t = *sum + y;
+    const float c = (t - *sum) - y;
+    *comp = (t - t) == 0.0f ? c : 0.0f; /* an inf or NaN sum drops the compensation */
+    *sum = t;
+}
+
 KERNEL void norm_reduce_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
                                     const GLOBAL param_t* RESTRICT w, GLOBAL float* RESTRICT ws, i64 part,
                                     i64 K, i64 S, i64 L, i64 kstride, i64 sstride, i64 chunk, i64 nchunks,
@@ -295,62 +305,65 @@ KERNEL void norm_reduce_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBA
     const i64 total = S * L;
     const i64 q0 = c * chunk, q1 = q0 + chunk < total ? q0 + chunk : total;
     const i64 pk = (k % pkm) * pkmul;
-    float s1a = 0.0f, s1b = 0.0f, s2a = 0.0f, s2b = 0.0f, g1 = 0.0f, g2 = 0.0f;
+    float s1a = 0.0f, s2a = 0.0f, g1 = 0.0f, g2 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f, c4 = 0.0f;
     i64 s = q0 / L, j = q0 - s * L;
     for(i64 q = q0; q < q1; ++s, j = 0)
     {
         const i64 run = L - j < q1 - q ? L - j : q1 - q;
         const i64 off = base + s * sstride + j;
-        if(!(flags & F_DY))
+        /* blocks of NORM_SERIAL_BLOCK elements summed apart, then added up with compensation:
+           the rounding error is a block's, however long the run (the shifted sums can be large
+           next to the mean, e.g. n times a first element far from it) */
+        for(i64 e0 = 0; e0 < run; e0 += NORM_SERIAL_BLOCK)
         {
-            i64 e = 0;
-            for(; e + 1 < run; e += 2)
+            const i64 e1 = e0 + NORM_SERIAL_BLOCK < run ? e0 + NORM_SERIAL_BLOCK : run;
+            float b1 = 0.0f, b2 = 0.0f, bg1 = 0.0f, bg2 = 0.0f;
+            if(!(flags & F_DY))
             {
-                const float d0 = LOAD(x, off + e) - shift, d1 = LOAD(x, off + e + 1) - shift;
-                s1a += d0;
-                s1b += d1;
-                s2a += d0 * d0;
-                s2b += d1 * d1;
-            }
-            if(e < run)
-            {
-                const float d0 = LOAD(x, off + e) - shift;
-                s1a += d0;
-                s2a += d0 * d0;
-            }
-        }
-        else if(!(flags & F_WEIGHTED))
-        {
-            for(i64 e = 0; e < run; ++e)
-            {
-                const float d = LOAD(x, off + e) - shift, g = LOAD(dy, off + e);
-                s1a += d;
-                s2a += d * d;
-                g1 += g;
-                g2 += g * d;
-            }
-        }
-        else
-        {
-            i64 p = pk + j / pjd, pr = j % pjd;
-            for(i64 e = 0; e < run; ++e)
-            {
-                const float d = LOAD(x, off + e) - shift, g = LOAD(dy, off + e) * PLOAD(w, p);
-                s1a += d;
-                s2a += d * d;
-                g1 += g;
-                g2 += g * d;
-                if(++pr == pjd)
+                for(i64 e = e0; e < e1; ++e)
                 {
-                    pr = 0;
-                    ++p;
+                    const float d = LOAD(x, off + e) - shift;
+                    b1 += d;
+                    b2 += d * d;
                 }
             }
+            else if(!(flags & F_WEIGHTED))
+            {
+                for(i64 e = e0; e < e1; ++e)
+                {
+                    const float d = LOAD(x, off + e) - shift, g = LOAD(dy, off + e);
+                    b1 += d;
+                    b2 += d * d;
+                    bg1 += g;
+                    bg2 += g * d;
+                }
+            }
+            else
+            {
+                i64 p = pk + (j + e0) / pjd, pr = (j + e0) % pjd;
+                for(i64 e = e0; e < e1; ++e)
+                {
+                    const float d = LOAD(x, off + e) - shift, g = LOAD(dy, off + e) * PLOAD(w, p);
+                    b1 += d;
+                    b2 += d * d;
+                    bg1 += g;
+                    bg2 += g * d;
+                    if(++pr == pjd)
+                    {
+                        pr = 0;
+                        ++p;
+                    }
+                }
+            }
+            norm_kahan(&s1a, &c1, b1);
+            norm_kahan(&s2a, &c2, b2);
+            norm_kahan(&g1, &c3, bg1);
+            norm_kahan(&g2, &c4, bg2);
         }
         q += run;
     }
-    ws[part + (c * 4 + 0) * K + k] = s1a + s1b;
-    ws[part + (c * 4 + 1) * K + k] = s2a + s2b;
+    ws[part + (c * 4 + 0) * K + k] = s1a;
+    ws[part + (c * 4 + 1) * K + k] = s2a;
     ws[part + (c * 4 + 2) * K + k] = g1;
     ws[part + (c * 4 + 3) * K + k] = g2;
 }
