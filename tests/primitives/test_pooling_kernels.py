@@ -166,12 +166,36 @@ class CudaLike:
     ],
 )
 def test_compiled_in_shape(ocl, direction, solver, dtype, lens, layout, desc):
-    """The kernels GPUs get (every size, window, stride and pad compiled in) agree too."""
+    """The kernels GPUs get (every size, window, stride and pad compiled in) agree too, in the
+    default work-item tile and the largest (outputs or input cells that end past the tensor)."""
     problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction)
-    solution = make_solution(CudaLike(), problem, _solvers(direction)[solver])
-    defines = dict(solution.kernels[0].defines)
-    assert defines["POOL_FIXED"] == 1 and defines["POOL_KW"] == desc.window[-1] and defines["POOL_IDX32"] == 1
-    check_pool(ocl, solution, np.random.default_rng(1))
+    sv = _solvers(direction)[solver]
+    view = problem.solver_view()
+    space = list(sv.search_space(CudaLike(), view))
+    for cfg in {repr(c): c for c in (sv.default_config(CudaLike(), view), space[-1])}.values():
+        solution = make_solution(CudaLike(), problem, sv, cfg)
+        defines = dict(solution.kernels[0].defines)
+        assert defines["POOL_FIXED"] == 1 and defines["POOL_KW"] == desc.window[-1]
+        assert defines["POOL_IDX32"] == 1
+        check_pool(ocl, solution, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_every_tile(ocl, direction):
+    """Every forward tile and backward cell of the search space, on odd sizes (partial tiles),
+    max with the index inside the window and average with padding, shape as run-time arguments."""
+    rng = np.random.default_rng(21)
+    cases = [
+        ("direct", "fp32", (1, 2, 11, 9), "NCHW", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        ("vec", "fp16", (1, 8, 9, 7), "NHWC", PoolingDesc("avg", (3, 2), (2, 2), (1, 1))),
+    ]
+    for solver, dtype, lens, layout, desc in cases:
+        problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction)
+        sv = _solvers(direction)[solver]
+        space = list(sv.search_space(ocl, problem.solver_view()))
+        assert len(space) >= 3
+        for cfg in space:
+            check_pool(ocl, make_solution(ocl, problem, sv, cfg), rng)
 
 
 def test_vec_defers_when_too_few_work_items(ocl, monkeypatch):

@@ -5,7 +5,8 @@
    in instead (GPUs: index arithmetic becomes shifts and multiplies, windows unroll), and the
    arguments are ignored. POOL_IDX32 says the work-item count fits 32 bits (cheaper arithmetic).
 
-   Work items own one output (forward) or one input (backward) position and CVEC channels.
+   Work items own POOL_TH x POOL_TW neighbouring outputs (forward) or a cell of POOL_CH x POOL_CW
+   neighbouring input positions (backward), and CVEC channels (tiles: see below).
    POOL_NHWC orders work items channels-innermost so that neighbours touch neighbouring channels
    (coalesced for channels-last tensors); POOL_VEC gives each work item VEC channels read and
    written 16 bytes at a time (needs channel stride 1, C and the other strides multiples of VEC).
@@ -234,80 +235,140 @@ DEVICE_FN void pool_load_index(const GLOBAL idx_t* ip, i64 off, i64 ic, u64* out
     const int n = (int)(r / (pidx_t)(P_C));
 #endif
 
+/* Work-item tiles. Forward: each work item computes POOL_TH x POOL_TW neighbouring outputs (along
+   H and W) and loads every input position of their joint span once, so the columns and rows that
+   overlapping windows share are read once per work item. Backward: each work item owns a cell of
+   POOL_CH x POOL_CW neighbouring input positions (GPUs: the stride), and reads the dy (and index)
+   of every output whose window covers the cell once. 1 x 1 is one position per work item. */
+#ifndef POOL_TH
+#define POOL_TH 1
+#endif
+#ifndef POOL_TW
+#define POOL_TW 1
+#endif
+#ifndef POOL_CH
+#define POOL_CH 1
+#endif
+#ifndef POOL_CW
+#define POOL_CW 1
+#endif
+
 KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT yp, GLOBAL idx_t* RESTRICT ip,
                      POOL_SHAPE_ARGS)
 {
-    const pidx_t total = (pidx_t)P_N * (P_C / CVEC) * P_DO * P_HO * P_WO;
+    const int tiles_h = (P_HO + POOL_TH - 1) / POOL_TH, tiles_w = (P_WO + POOL_TW - 1) / POOL_TW;
+    const pidx_t total = (pidx_t)P_N * (P_C / CVEC) * P_DO * tiles_h * tiles_w;
     const int aligned = ALIGNED16(xp) && ALIGNED16(yp);
     for(pidx_t i = (pidx_t)GLOBAL_ID0; i < total; i += (pidx_t)GLOBAL_SIZE0)
     {
-        POOL_DECOMPOSE(P_DO, P_HO, P_WO)
-        const int d0 = d * P_SD - P_PD, h0 = h * P_SH - P_PH, w0 = w * P_SW - P_PW;
+        POOL_DECOMPOSE(P_DO, tiles_h, tiles_w)
+        const int oh = h * POOL_TH, ow = w * POOL_TW; /* the tile's first output */
+        const int d0 = d * P_SD - P_PD, h0 = oh * P_SH - P_PH, w0 = ow * P_SW - P_PW;
         const i64 xbase = n * xn + c * xc;
-        float acc[CVEC];
+        float acc[POOL_TH][POOL_TW][CVEC];
 #if POOL_MODE == 0
-        u32 arg[CVEC];
-        for(int k = 0; k < CVEC; ++k)
-        {
-            acc[k] = POOL_LOWEST;
-            arg[k] = 0;
-        }
+        u32 arg[POOL_TH][POOL_TW][CVEC];
 #else
-        for(int k = 0; k < CVEC; ++k)
-            acc[k] = 0.0f;
-        int count = 0;
+        int count[POOL_TH][POOL_TW];
 #endif
+        UNROLL
+        for(int th = 0; th < POOL_TH; ++th)
+        {
+            UNROLL
+            for(int tw = 0; tw < POOL_TW; ++tw)
+            {
+                for(int k = 0; k < CVEC; ++k)
+                {
+#if POOL_MODE == 0
+                    acc[th][tw][k] = POOL_LOWEST;
+                    arg[th][tw][k] = 0;
+#else
+                    acc[th][tw][k] = 0.0f;
+#endif
+                }
+#if POOL_MODE != 0
+                count[th][tw] = 0;
+#endif
+            }
+        }
         UNROLL
         for(int fz = 0; fz < KD; ++fz)
         {
             const int di = d0 + fz;
             if(di < 0 || di >= P_DI)
                 continue;
+            /* rows and columns of the tile's span, each loaded once, offered to every window of
+               the tile that covers it, in window order (so the first maximum wins as before) */
             UNROLL
-            for(int fy = 0; fy < KH; ++fy)
+            for(int r = 0; r < (POOL_TH - 1) * P_SH + KH; ++r)
             {
-                const int hi = h0 + fy;
+                const int hi = h0 + r;
                 if(hi < 0 || hi >= P_HI)
                     continue;
                 UNROLL
-                for(int fx = 0; fx < KW; ++fx)
+                for(int e = 0; e < (POOL_TW - 1) * P_SW + KW; ++e)
                 {
-                    const int wi = w0 + fx;
+                    const int wi = w0 + e;
                     if(wi < 0 || wi >= P_WI)
                         continue;
                     float v[CVEC];
                     pool_load(xp, xbase + di * xd + hi * xh + wi * xw, v, aligned);
+                    UNROLL
+                    for(int th = 0; th < POOL_TH; ++th)
+                    {
+                        const int fy = r - th * P_SH;
+                        if(fy < 0 || fy >= KH)
+                            continue;
+                        UNROLL
+                        for(int tw = 0; tw < POOL_TW; ++tw)
+                        {
+                            const int fx = e - tw * P_SW;
+                            if(fx < 0 || fx >= KW)
+                                continue;
 #if POOL_MODE == 0
 #if POOL_INDEX_IMAGE
-                    const u32 pos = ((u32)di * P_HI + hi) * P_WI + wi;
+                            const u32 pos = ((u32)di * P_HI + hi) * P_WI + wi;
 #else
-                    const u32 pos = (fz * KH + fy) * KW + fx;
+                            const u32 pos = (fz * KH + fy) * KW + fx;
 #endif
-                    for(int k = 0; k < CVEC; ++k)
-                    {
-                        arg[k] = v[k] > acc[k] ? pos : arg[k];
-                        acc[k] = F_MAX(acc[k], v[k]);
+                            for(int k = 0; k < CVEC; ++k)
+                            {
+                                arg[th][tw][k] = v[k] > acc[th][tw][k] ? pos : arg[th][tw][k];
+                                acc[th][tw][k] = F_MAX(acc[th][tw][k], v[k]);
+                            }
+#else
+                            for(int k = 0; k < CVEC; ++k)
+                                acc[th][tw][k] += v[k];
+                            ++count[th][tw];
+#endif
+                        }
                     }
-#else
-                    for(int k = 0; k < CVEC; ++k)
-                        acc[k] += v[k];
-                    ++count;
-#endif
                 }
             }
         }
+        UNROLL
+        for(int th = 0; th < POOL_TH; ++th)
+        {
+            UNROLL
+            for(int tw = 0; tw < POOL_TW; ++tw)
+            {
+                const int ho = oh + th, wo = ow + tw;
+                if(ho >= P_HO || wo >= P_WO)
+                    continue;
 #if POOL_MODE == 1
-        const float scale = 1.0f / (float)(count > 0 ? count : 1);
-        for(int k = 0; k < CVEC; ++k)
-            acc[k] *= scale;
+                const float scale = 1.0f / (float)(count[th][tw] > 0 ? count[th][tw] : 1);
+                for(int k = 0; k < CVEC; ++k)
+                    acc[th][tw][k] *= scale;
 #elif POOL_MODE == 2
-        for(int k = 0; k < CVEC; ++k)
-            acc[k] *= 1.0f / (float)(KD * KH * KW);
+                for(int k = 0; k < CVEC; ++k)
+                    acc[th][tw][k] *= 1.0f / (float)(KD * KH * KW);
 #endif
-        pool_store(yp, n * yn + c * yc + d * yd + h * yh + w * yw, acc, aligned);
+                pool_store(yp, n * yn + c * yc + d * yd + ho * yh + wo * yw, acc[th][tw], aligned);
 #if POOL_MODE == 0 && POOL_SAVE_INDEX
-        pool_store_index(ip, n * in_ + c * ic + d * id_ + h * ih_ + w * iw_, ic, arg);
+                pool_store_index(ip, n * in_ + c * ic + d * id_ + ho * ih_ + wo * iw_, ic, arg[th][tw]);
 #endif
+            }
+        }
     }
 }
 
@@ -318,20 +379,73 @@ DEVICE_FN int pool_first_out(int t, int p, int s, int K)
     return lo <= 0 ? 0 : (lo + s - 1) / s;
 }
 
+/* One row of a backward cell: POOL_CW scalars at p[off + j*step]; on CUDA, as one 8- or 16-byte
+   (fp32) or 4- or 8-byte (16-bit types) store when they are contiguous and aligned. */
+DEVICE_FN void pool_store_cell_row(GLOBAL data_t* p, i64 off, i64 step, const float* v, int n_valid)
+{
+#if !defined(__OPENCL_VERSION__) && !POOL_VEC && (POOL_CW == 2 || POOL_CW == 4) && MIOPY_DTYPE <= 2
+    const int bytes = POOL_CW * (int)sizeof(data_t);
+    if(step == 1 && n_valid >= POOL_CW && (((u64)(p + off)) & (u64)(bytes - 1)) == 0)
+    {
+#if MIOPY_DTYPE == 0
+#if POOL_CW == 2
+        *(float2*)(p + off) = make_float2(v[0], v[1]);
+#else
+        *(float4*)(p + off) = make_float4(v[0], v[1], v[2], v[3]);
+#endif
+#else
+        u32 wds[POOL_CW / 2];
+        UNROLL
+        for(int j = 0; j < POOL_CW / 2; ++j)
+        {
+#if MIOPY_DTYPE == 1
+            wds[j] = (u32)__half_as_ushort(__float2half_rn(v[2 * j])) |
+                     ((u32)__half_as_ushort(__float2half_rn(v[2 * j + 1])) << 16);
+#else
+            wds[j] = (u32)float_to_bf16(v[2 * j]) | ((u32)float_to_bf16(v[2 * j + 1]) << 16);
+#endif
+        }
+#if POOL_CW == 2
+        *(u32*)(p + off) = wds[0];
+#else
+        *(uint2*)(p + off) = make_uint2(wds[0], wds[1]);
+#endif
+#endif
+        return;
+    }
+#endif
+    for(int j = 0; j < POOL_CW; ++j)
+        if(j < n_valid)
+            STORE(p, off + j * step, v[j]);
+}
+
 KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT dyp,
                      const GLOBAL idx_t* RESTRICT ip, POOL_SHAPE_ARGS)
 {
-    const pidx_t total = (pidx_t)P_N * (P_C / CVEC) * P_DI * P_HI * P_WI;
+    const int cells_h = (P_HI + POOL_CH - 1) / POOL_CH, cells_w = (P_WI + POOL_CW - 1) / POOL_CW;
+    const pidx_t total = (pidx_t)P_N * (P_C / CVEC) * P_DI * cells_h * cells_w;
     const int aligned = ALIGNED16(dxp) && ALIGNED16(dyp);
     for(pidx_t i = (pidx_t)GLOBAL_ID0; i < total; i += (pidx_t)GLOBAL_SIZE0)
     {
-        POOL_DECOMPOSE(P_DI, P_HI, P_WI)
-        float acc[CVEC];
-        for(int k = 0; k < CVEC; ++k)
-            acc[k] = 0.0f;
+        POOL_DECOMPOSE(P_DI, cells_h, cells_w)
+        const int hc = h * POOL_CH, wc = w * POOL_CW; /* the cell's first input position */
+        float acc[POOL_CH][POOL_CW][CVEC];
+        UNROLL
+        for(int ch = 0; ch < POOL_CH; ++ch)
+        {
+            UNROLL
+            for(int cw = 0; cw < POOL_CW; ++cw)
+            {
+                for(int k = 0; k < CVEC; ++k)
+                    acc[ch][cw][k] = 0.0f;
+            }
+        }
+        /* the outputs whose windows cover any position of the cell */
         const int od0 = pool_first_out(d, P_PD, P_SD, KD), od1 = min((d + P_PD) / P_SD + 1, P_DO);
-        const int oh0 = pool_first_out(h, P_PH, P_SH, KH), oh1 = min((h + P_PH) / P_SH + 1, P_HO);
-        const int ow0 = pool_first_out(w, P_PW, P_SW, KW), ow1 = min((w + P_PW) / P_SW + 1, P_WO);
+        const int oh0 = pool_first_out(hc, P_PH, P_SH, KH);
+        const int oh1 = min((hc + POOL_CH - 1 + P_PH) / P_SH + 1, P_HO);
+        const int ow0 = pool_first_out(wc, P_PW, P_SW, KW);
+        const int ow1 = min((wc + POOL_CW - 1 + P_PW) / P_SW + 1, P_WO);
         const i64 ybase = n * yn + c * yc;
 #if POOL_MODE == 0
         const i64 ibase = n * in_ + c * ic;
@@ -344,32 +458,65 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
                 {
                     float g[CVEC];
                     pool_load(dyp, ybase + od * yd + oh * yh + ow * yw, g, aligned);
+                    const int fz = d - (od * P_SD - P_PD);
 #if POOL_MODE == 0
-#if POOL_INDEX_IMAGE
-                    const u64 want = ((u64)d * P_HI + h) * P_WI + w;
-#else
-                    const u64 want = ((u64)(d - (od * P_SD - P_PD)) * KH + (h - (oh * P_SH - P_PH))) * KW +
-                                     (w - (ow * P_SW - P_PW));
-#endif
                     u64 got[CVEC];
                     pool_load_index(ip, ibase + od * id_ + oh * ih_ + ow * iw_, ic, got);
-                    for(int k = 0; k < CVEC; ++k)
-                        acc[k] += got[k] == want ? g[k] : 0.0f;
 #elif POOL_MODE == 1
                     const int dlo = max(od * P_SD - P_PD, 0), dhi = min(od * P_SD - P_PD + KD, P_DI);
                     const int hlo = max(oh * P_SH - P_PH, 0), hhi = min(oh * P_SH - P_PH + KH, P_HI);
                     const int wlo = max(ow * P_SW - P_PW, 0), whi = min(ow * P_SW - P_PW + KW, P_WI);
                     const int count = (dhi - dlo) * (hhi - hlo) * (whi - wlo);
                     const float scale = 1.0f / (float)(count > 0 ? count : 1);
-                    for(int k = 0; k < CVEC; ++k)
-                        acc[k] += g[k] * scale;
 #else
-                    for(int k = 0; k < CVEC; ++k)
-                        acc[k] += g[k] * (1.0f / (float)(KD * KH * KW));
+                    const float scale = 1.0f / (float)(KD * KH * KW);
 #endif
+                    UNROLL
+                    for(int ch = 0; ch < POOL_CH; ++ch)
+                    {
+                        const int fy = hc + ch - (oh * P_SH - P_PH);
+                        UNROLL
+                        for(int cw = 0; cw < POOL_CW; ++cw)
+                        {
+                            const int fx = wc + cw - (ow * P_SW - P_PW);
+                            if(fy < 0 || fy >= KH || fx < 0 || fx >= KW)
+                                continue;
+#if POOL_MODE == 0
+#if POOL_INDEX_IMAGE
+                            const u64 want = ((u64)d * P_HI + (hc + ch)) * P_WI + (wc + cw);
+#else
+                            const u64 want = ((u64)fz * KH + fy) * KW + fx;
+#endif
+                            for(int k = 0; k < CVEC; ++k)
+                                acc[ch][cw][k] += got[k] == want ? g[k] : 0.0f;
+#else
+                            for(int k = 0; k < CVEC; ++k)
+                                acc[ch][cw][k] += g[k] * scale;
+#endif
+                        }
+                    }
+                    (void)fz;
                 }
             }
         }
-        pool_store(dxp, n * xn + c * xc + d * xd + h * xh + w * xw, acc, aligned);
+        const i64 dbase = n * xn + c * xc + d * xd;
+        UNROLL
+        for(int ch = 0; ch < POOL_CH; ++ch)
+        {
+            if(hc + ch >= P_HI)
+                continue;
+#if POOL_VEC
+            UNROLL
+            for(int cw = 0; cw < POOL_CW; ++cw)
+                if(wc + cw < P_WI)
+                    pool_store(dxp, dbase + (hc + ch) * xh + (wc + cw) * xw, acc[ch][cw], aligned);
+#else
+            float row[POOL_CW];
+            UNROLL
+            for(int cw = 0; cw < POOL_CW; ++cw)
+                row[cw] = acc[ch][cw][0];
+            pool_store_cell_row(dxp, dbase + (hc + ch) * xh + wc * xw, xw, row, P_WI - wc);
+#endif
+        }
     }
 }

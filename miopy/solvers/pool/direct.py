@@ -1,19 +1,28 @@
-"""Pooling with one work item per output (forward) or input (backward) position
-(kernels/common/pool.h); the window is compiled in, everything else is a run-time argument.
+"""Pooling with one work item per tile of outputs (forward) or cell of input positions (backward)
+(kernels/common/pool.h); on GPUs the whole shape is compiled in, elsewhere it is run-time arguments.
 
 Vec: channels-last tensors with C a multiple of the vector width: each work item takes 16 bytes of
 channels (4 fp32 or 8 fp16/bf16), neighbours take neighbouring channels, so every window tap is one
 coalesced vector load. Direct: any layout or strides; work items follow the output's memory order
-(channels innermost when its channel stride is 1) so that accesses stay coalesced."""
+(channels innermost when its channel stride is 1) so that accesses stay coalesced.
+
+Both are tunable in their work-item tile. Forward: {"th", "tw"}, the outputs along H and W each
+work item computes, loading the inputs their windows share once (GPUs: fewer loads and less index
+arithmetic per output). Backward: {"ch", "cw"}, the cell of input positions each work item owns
+(the stride: each dy and index element is then read by one or two work items instead of one per
+input position it covers), 1 x 1 for one position."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexMode, PoolingProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
-from miopy.solvers.base import Solver
+from miopy.solvers.base import TunableSolver
 from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
 
 VEC_BYTES = 16
@@ -98,7 +107,23 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work
     return out
 
 
-class _Pool(Solver):
+FWD_TILES = ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2))  # (th, tw)
+MAX_CELL = 4  # strides above this: one position per backward work item
+MAX_CELL_VALUES = 32  # accumulators per backward work item (cell positions x channels)
+
+
+def _cells(problem: PoolingProblem, per_item: int) -> list[tuple[int, int]]:
+    """Backward cells (ch, cw) worth trying: one position, one stride along W, the whole stride."""
+    sh, sw = problem.desc.strides[-2:]
+    out = [(1, 1)]
+    for ch, cw in ((1, sw), (sh, sw)):
+        small = ch <= MAX_CELL and cw <= MAX_CELL and ch * cw * per_item <= MAX_CELL_VALUES
+        if small and (ch, cw) not in out:
+            out.append((ch, cw))
+    return out
+
+
+class _Pool(TunableSolver):
     primitive = "pool"
     algorithm = "direct"
     direction: Pass
@@ -116,20 +141,37 @@ class _Pool(Solver):
     def defers(self, ctx, problem) -> bool:
         return self.vec and _too_few_items(ctx, problem)
 
+    def _per_item(self, problem: PoolingProblem) -> int:
+        return _vec_width(problem) if self.vec else 1
+
+    def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
+        if self.direction is Pass.FORWARD:
+            return [{"th": th, "tw": tw} for th, tw in FWD_TILES]
+        return [{"ch": ch, "cw": cw} for ch, cw in _cells(problem, self._per_item(problem))]
+
+    def default_config(self, ctx, problem) -> dict[str, Any]:
+        if self.direction is Pass.FORWARD:
+            return {"th": 1, "tw": 2 if self.vec else 1}
+        return self.search_space(ctx, problem)[-1]
+
+    def is_valid_config(self, ctx, problem, config: Any) -> bool:
+        if not isinstance(config, dict):
+            return False
+        return config in list(self.search_space(ctx, problem))
+
     def get_program(self, ctx, problem: PoolingProblem, config=None) -> Program:
+        cfg = config or self.default_config(ctx, problem)
         forward = self.direction is Pass.FORWARD
         space = problem.y if forward else problem.x  # the positions work items own
         channels_last = self.vec or _channels_last(space)
-        per_item = _vec_width(problem) if self.vec else 1
-        work = space.element_count // per_item
+        per_item = self._per_item(problem)
+        th, tw = (cfg["th"], cfg["tw"]) if forward else (cfg["ch"], cfg["cw"])
+        n, c, d, h, w = space.lens5()
+        work = n * (c // per_item) * d * -(-h // th) * -(-w // tw)
         global_size, local_size = grid_1d(work)
-        spec = KernelSpec(
-            "pool",
-            "pool_fwd" if forward else "pool_bwd",
-            defines(problem, self.vec, channels_last, specialize(ctx), work),
-            global_size,
-            local_size,
-        )
+        defs = defines(problem, self.vec, channels_last, specialize(ctx), work)
+        defs.update({"POOL_TH": th, "POOL_TW": tw} if forward else {"POOL_CH": th, "POOL_CW": tw})
+        spec = KernelSpec("pool", "pool_fwd" if forward else "pool_bwd", defs, global_size, local_size)
         # without an index the kernel takes the output in its place (and never touches it)
         if forward:
             buffers = (Tensor("x"), Tensor("y"), Tensor("index" if problem.uses_index else "y"))
