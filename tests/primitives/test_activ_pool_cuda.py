@@ -108,3 +108,23 @@ def test_pooling(cuda, dtype, direction):
                 check_pool(cuda, solution, rng)
                 ran += 1
         assert ran == (2 if layout in ("NHWC", "NDHWC") else 1)
+
+
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_pooling_every_tile(cuda, direction):
+    """Every forward tile and backward cell of both solvers' search spaces (row vectors for
+    channels-first forward tiles, vector row stores for backward cells), odd and even sizes."""
+    rng = np.random.default_rng(8)
+    cases = [
+        ("fp32", (2, 3, 13, 16), "NCHW", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        ("fp16", (2, 3, 11, 17), "NCHW", PoolingDesc("avg", (3, 3), (2, 2), (1, 1))),
+        ("fp16", (2, 16, 13, 11), "NHWC", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        ("bf16", (2, 16, 9, 12), "NHWC", PoolingDesc("avg_in", (3, 3), (2, 2), (1, 1))),
+    ]
+    for dtype, lens, layout, desc in cases:
+        problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction)
+        for solver in POOL[direction]:
+            if solver.is_applicable(cuda, problem) is not None:
+                continue
+            for cfg in solver.search_space(cuda, problem.solver_view()):
+                check_pool(cuda, make_solution(cuda, problem, solver, cfg), rng)

@@ -222,3 +222,20 @@ def test_vec_defers_when_too_few_work_items(ocl, monkeypatch):
     assert [s.solver for s in get_solutions(ocl, small)] == ["PoolingFwdVec", "PoolingFwdDirect"]
     monkeypatch.setattr(PoolingFwdVec, "defers", lambda self, ctx, problem: True)
     assert [s.solver for s in get_solutions(ocl, small)] == ["PoolingFwdDirect", "PoolingFwdVec"]
+
+
+@pytest.mark.parametrize("dtype, width", [("fp32", 16), ("fp32", 13), ("fp16", 24)])
+def test_row_vectors(ocl, dtype, width):
+    """Forward tiles whose input rows load as 16-byte vectors (what CUDA gets for channels-first
+    tensors, compiled in): every tile, aligned rows (even W) and rows that fall back to scalars
+    (odd W), the last tile of a row past the image."""
+    rng = np.random.default_rng(5)
+    desc = PoolingDesc("max", (3, 3), (2, 2), (1, 1))
+    problem = PoolingProblem.create(desc, TensorDesc(dtype, (2, 3, 7, width)), "F")
+    sv = FWD["direct"]
+    vectors = 0
+    for cfg in sv.search_space(CudaLike(), problem.solver_view()):
+        solution = make_solution(CudaLike(), problem, sv, cfg)
+        vectors += dict(solution.kernels[0].defines).get("POOL_ROWVEC", 0)
+        check_pool(ocl, solution, rng)
+    assert vectors == (3 if dtype == "fp32" else 1)  # tw 2 and 4, or tw 4 only

@@ -253,6 +253,39 @@ DEVICE_FN void pool_load_index(const GLOBAL idx_t* ip, i64 off, i64 ic, u64* out
 #define POOL_CW 1
 #endif
 
+#ifndef POOL_ROWVEC
+#define POOL_ROWVEC 0
+#endif
+/* POOL_ROWVEC (CUDA, POOL_FIXED, one channel per work item, W stride 1, (POOL_TW * SW) a multiple
+   of VEC and KW - SW >= PW): a forward tile row's span of input columns w0 .. w0 + POOL_SPAN_W - 1
+   loads as PW scalars, POOL_TW * SW elements at column w0 + PW = (first output) * SW in 16-byte
+   vectors, and scalars after; scalar loads where the vectors would leave the row or are not
+   aligned. Columns outside the image read as 0 (never used). */
+#define POOL_SPAN_W ((POOL_TW - 1) * P_SW + KW)
+#define POOL_CHUNK (POOL_TW * P_SW)
+#if POOL_ROWVEC
+DEVICE_FN void pool_load_row(const GLOBAL data_t* p, i64 row, int w0, float* rv)
+{
+    const int mid = w0 + P_PW;
+    if(mid + POOL_CHUNK <= P_WI && (((u64)(p + row + mid)) & 15ull) == 0)
+    {
+        UNROLL
+        for(int e = 0; e < P_PW; ++e)
+            rv[e] = w0 + e >= 0 ? LOAD(p, row + w0 + e) : 0.0f;
+        UNROLL
+        for(int q = 0; q < POOL_CHUNK / VEC; ++q)
+            load_vec(p, row + mid + q * VEC, rv + P_PW + q * VEC);
+        UNROLL
+        for(int e = P_PW + POOL_CHUNK; e < POOL_SPAN_W; ++e)
+            rv[e] = w0 + e < P_WI ? LOAD(p, row + w0 + e) : 0.0f;
+        return;
+    }
+    UNROLL
+    for(int e = 0; e < POOL_SPAN_W; ++e)
+        rv[e] = (w0 + e >= 0 && w0 + e < P_WI) ? LOAD(p, row + w0 + e) : 0.0f;
+}
+#endif
+
 KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT yp, GLOBAL idx_t* RESTRICT ip,
                      POOL_SHAPE_ARGS)
 {
@@ -305,14 +338,22 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
                 const int hi = h0 + r;
                 if(hi < 0 || hi >= P_HI)
                     continue;
+#if POOL_ROWVEC
+                float rv[POOL_SPAN_W];
+                pool_load_row(xp, xbase + di * xd + hi * xh, w0, rv);
+#endif
                 UNROLL
-                for(int e = 0; e < (POOL_TW - 1) * P_SW + KW; ++e)
+                for(int e = 0; e < POOL_SPAN_W; ++e)
                 {
                     const int wi = w0 + e;
                     if(wi < 0 || wi >= P_WI)
                         continue;
                     float v[CVEC];
+#if POOL_ROWVEC
+                    v[0] = rv[e];
+#else
                     pool_load(xp, xbase + di * xd + hi * xh + wi * xw, v, aligned);
+#endif
                     UNROLL
                     for(int th = 0; th < POOL_TH; ++th)
                     {

@@ -159,6 +159,14 @@ class _Pool(TunableSolver):
             return False
         return config in list(self.search_space(ctx, problem))
 
+    def _row_vectors(self, ctx, problem: PoolingProblem, tw: int) -> bool:
+        """Forward tile rows as 16-byte vectors (kernels/common/pool.h, POOL_ROWVEC): GPUs, one
+        channel per work item, W stride 1, a tile's stride-aligned columns whole vectors."""
+        if self.vec or not specialize(ctx) or problem.x.strides[-1] != 1:
+            return False
+        kw, sw, pw = problem.desc.window[-1], problem.desc.strides[-1], problem.pads[-1]
+        return (tw * sw) % (VEC_BYTES // problem.dtype.itemsize) == 0 and kw - sw >= pw
+
     def get_program(self, ctx, problem: PoolingProblem, config=None) -> Program:
         cfg = config or self.default_config(ctx, problem)
         forward = self.direction is Pass.FORWARD
@@ -171,6 +179,8 @@ class _Pool(TunableSolver):
         global_size, local_size = grid_1d(work)
         defs = defines(problem, self.vec, channels_last, specialize(ctx), work)
         defs.update({"POOL_TH": th, "POOL_TW": tw} if forward else {"POOL_CH": th, "POOL_CW": tw})
+        if forward and self._row_vectors(ctx, problem, tw):
+            defs["POOL_ROWVEC"] = 1
         spec = KernelSpec("pool", "pool_fwd" if forward else "pool_bwd", defs, global_size, local_size)
         # without an index the kernel takes the output in its place (and never touches it)
         if forward:
