@@ -253,7 +253,56 @@ DEVICE_FN void pool_load_index(const GLOBAL idx_t* ip, i64 off, i64 ic, u64* out
 #define POOL_CW 1
 #endif
 
+/* Tensor strides: compiled in when POOL_XS_N ... POOL_IS_W are defined (the solvers do with
+   POOL_FIXED), else the arguments.
+   POOL_OFF32: every offset into every tensor fits 31 bits, so offsets are 32-bit ints. */
+#ifndef POOL_OFF32
+#define POOL_OFF32 0
+#endif
+#if POOL_OFF32
+typedef int poff_t;
+#else
+typedef i64 poff_t;
+#endif
+#ifdef POOL_XS_N
+#define S_XN ((poff_t)POOL_XS_N)
+#define S_XC ((poff_t)POOL_XS_C)
+#define S_XD ((poff_t)POOL_XS_D)
+#define S_XH ((poff_t)POOL_XS_H)
+#define S_XW ((poff_t)POOL_XS_W)
+#define S_YN ((poff_t)POOL_YS_N)
+#define S_YC ((poff_t)POOL_YS_C)
+#define S_YD ((poff_t)POOL_YS_D)
+#define S_YH ((poff_t)POOL_YS_H)
+#define S_YW ((poff_t)POOL_YS_W)
+#define S_IN ((poff_t)POOL_IS_N)
+#define S_IC ((poff_t)POOL_IS_C)
+#define S_ID ((poff_t)POOL_IS_D)
+#define S_IH ((poff_t)POOL_IS_H)
+#define S_IW ((poff_t)POOL_IS_W)
+#else
+#define S_XN ((poff_t)xn)
+#define S_XC ((poff_t)xc)
+#define S_XD ((poff_t)xd)
+#define S_XH ((poff_t)xh)
+#define S_XW ((poff_t)xw)
+#define S_YN ((poff_t)yn)
+#define S_YC ((poff_t)yc)
+#define S_YD ((poff_t)yd)
+#define S_YH ((poff_t)yh)
+#define S_YW ((poff_t)yw)
+#define S_IN ((poff_t)in_)
+#define S_IC ((poff_t)ic)
+#define S_ID ((poff_t)id_)
+#define S_IH ((poff_t)ih_)
+#define S_IW ((poff_t)iw_)
+#endif
+
 #ifndef POOL_ROWVEC
+#define POOL_ROWVEC 0
+#endif
+#if POOL_ROWVEC && (!defined(POOL_FIXED) || POOL_VEC) /* needs a compiled-in window, one channel */
+#undef POOL_ROWVEC
 #define POOL_ROWVEC 0
 #endif
 /* POOL_ROWVEC (CUDA, POOL_FIXED, one channel per work item, W stride 1, (POOL_TW * SW) a multiple
@@ -286,6 +335,82 @@ DEVICE_FN void pool_load_row(const GLOBAL data_t* p, i64 row, int w0, float* rv)
 }
 #endif
 
+#ifndef POOL_H2
+#define POOL_H2 0
+#endif
+#if POOL_H2 && (defined(__OPENCL_VERSION__) || MIOPY_DTYPE != 1 || !POOL_VEC || POOL_MODE != 0 || \
+                (POOL_SAVE_INDEX && (POOL_INDEX_TYPE != 0 || POOL_INDEX_IMAGE)))
+#undef POOL_H2 /* applies only where the comment below says */
+#define POOL_H2 0
+#endif
+/* POOL_H2 (CUDA, fp16, POOL_VEC, max, index u8 inside the window or none): the 8 channels of a
+   vector stay fp16, as four half2, compared and maxed in half precision (exact: max selects and
+   never rounds; NaN and ties behave as in the fp32 path), and each channel's index is one byte of
+   two 32-bit words, chosen by byte masks; fewer instructions and registers than 8 fp32 lanes. */
+#if POOL_H2
+typedef union
+{
+    u32 u;
+    __half2 h;
+} pool_h2_t;
+
+DEVICE_FN void pool_load_h2(const data_t* p, poff_t off, int aligned, __half2* hv)
+{
+    u32 w[4];
+    if(aligned)
+    {
+        const uint4 t = __ldg((const uint4*)(p + off));
+        w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+    }
+    else
+    {
+        UNROLL
+        for(int q = 0; q < 4; ++q)
+            w[q] = (u32)__half_as_ushort(p[off + 2 * q]) | ((u32)__half_as_ushort(p[off + 2 * q + 1]) << 16);
+    }
+    UNROLL
+    for(int q = 0; q < 4; ++q)
+    {
+        pool_h2_t t;
+        t.u = w[q];
+        hv[q] = t.h;
+    }
+}
+
+DEVICE_FN void pool_store_h2(data_t* p, poff_t off, int aligned, const __half2* hv)
+{
+    u32 w[4];
+    UNROLL
+    for(int q = 0; q < 4; ++q)
+    {
+        pool_h2_t t;
+        t.h = hv[q];
+        w[q] = t.u;
+    }
+    if(aligned)
+    {
+        *(uint4*)(p + off) = make_uint4(w[0], w[1], w[2], w[3]);
+        return;
+    }
+    UNROLL
+    for(int q = 0; q < 8; ++q)
+        p[off + q] = __ushort_as_half((unsigned short)(w[q / 2] >> (16 * (q % 2))));
+}
+
+/* 8 index bytes (channel k in byte k % 4 of word k / 4) at ip[off + k*step] */
+DEVICE_FN void pool_store_index_bytes(idx_t* ip, poff_t off, poff_t step, const u32* b)
+{
+    if(step == 1 && (((u64)(ip + off)) & 7ull) == 0)
+    {
+        *(uint2*)(ip + off) = make_uint2(b[0], b[1]);
+        return;
+    }
+    UNROLL
+    for(int k = 0; k < 8; ++k)
+        ip[off + k * step] = (idx_t)((b[k / 4] >> (8 * (k % 4))) & 0xffu);
+}
+#endif
+
 KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT yp, GLOBAL idx_t* RESTRICT ip,
                      POOL_SHAPE_ARGS)
 {
@@ -297,7 +422,27 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
         POOL_DECOMPOSE(P_DO, tiles_h, tiles_w)
         const int oh = h * POOL_TH, ow = w * POOL_TW; /* the tile's first output */
         const int d0 = d * P_SD - P_PD, h0 = oh * P_SH - P_PH, w0 = ow * P_SW - P_PW;
-        const i64 xbase = n * xn + c * xc;
+        const poff_t xbase = n * S_XN + c * S_XC;
+#if POOL_H2
+        __half2 hacc[POOL_TH][POOL_TW][4];
+        u32 barg[POOL_TH][POOL_TW][2];
+        UNROLL
+        for(int th = 0; th < POOL_TH; ++th)
+        {
+            UNROLL
+            for(int tw = 0; tw < POOL_TW; ++tw)
+            {
+                UNROLL
+                for(int q = 0; q < 4; ++q)
+                {
+                    pool_h2_t lowest;
+                    lowest.u = 0xfc00fc00u; /* -inf, -inf */
+                    hacc[th][tw][q] = lowest.h;
+                }
+                barg[th][tw][0] = barg[th][tw][1] = 0;
+            }
+        }
+#else
         float acc[POOL_TH][POOL_TW][CVEC];
 #if POOL_MODE == 0
         u32 arg[POOL_TH][POOL_TW][CVEC];
@@ -324,6 +469,7 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
 #endif
             }
         }
+#endif /* POOL_H2 */
         UNROLL
         for(int fz = 0; fz < KD; ++fz)
         {
@@ -340,7 +486,7 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
                     continue;
 #if POOL_ROWVEC
                 float rv[POOL_SPAN_W];
-                pool_load_row(xp, xbase + di * xd + hi * xh, w0, rv);
+                pool_load_row(xp, xbase + di * S_XD + hi * S_XH, w0, rv);
 #endif
                 UNROLL
                 for(int e = 0; e < POOL_SPAN_W; ++e)
@@ -348,11 +494,16 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
                     const int wi = w0 + e;
                     if(wi < 0 || wi >= P_WI)
                         continue;
+#if POOL_H2
+                    __half2 hv[4];
+                    pool_load_h2(xp, xbase + di * S_XD + hi * S_XH + wi * S_XW, aligned, hv);
+#else
                     float v[CVEC];
+#endif
 #if POOL_ROWVEC
                     v[0] = rv[e];
-#else
-                    pool_load(xp, xbase + di * xd + hi * xh + wi * xw, v, aligned);
+#elif !POOL_H2
+                    pool_load(xp, xbase + di * S_XD + hi * S_XH + wi * S_XW, v, aligned);
 #endif
                     UNROLL
                     for(int th = 0; th < POOL_TH; ++th)
@@ -372,11 +523,25 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
 #else
                             const u32 pos = (fz * KH + fy) * KW + fx;
 #endif
+#if POOL_H2
+                            u32 m[4];
+                            UNROLL
+                            for(int q = 0; q < 4; ++q)
+                            {
+                                m[q] = __hgt2_mask(hv[q], hacc[th][tw][q]); /* 0xffff per half where greater */
+                                hacc[th][tw][q] = __hmax2(hacc[th][tw][q], hv[q]);
+                            }
+                            const u32 posb = pos * 0x01010101u;
+                            const u32 b0 = __byte_perm(m[0], m[1], 0x6420), b1 = __byte_perm(m[2], m[3], 0x6420);
+                            barg[th][tw][0] = (barg[th][tw][0] & ~b0) | (posb & b0);
+                            barg[th][tw][1] = (barg[th][tw][1] & ~b1) | (posb & b1);
+#else
                             for(int k = 0; k < CVEC; ++k)
                             {
                                 arg[th][tw][k] = v[k] > acc[th][tw][k] ? pos : arg[th][tw][k];
                                 acc[th][tw][k] = F_MAX(acc[th][tw][k], v[k]);
                             }
+#endif
 #else
                             for(int k = 0; k < CVEC; ++k)
                                 acc[th][tw][k] += v[k];
@@ -396,6 +561,12 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
                 const int ho = oh + th, wo = ow + tw;
                 if(ho >= P_HO || wo >= P_WO)
                     continue;
+#if POOL_H2
+                pool_store_h2(yp, n * S_YN + c * S_YC + d * S_YD + ho * S_YH + wo * S_YW, aligned, hacc[th][tw]);
+#if POOL_SAVE_INDEX
+                pool_store_index_bytes(ip, n * S_IN + c * S_IC + d * S_ID + ho * S_IH + wo * S_IW, S_IC, barg[th][tw]);
+#endif
+#else
 #if POOL_MODE == 1
                 const float scale = 1.0f / (float)(count[th][tw] > 0 ? count[th][tw] : 1);
                 for(int k = 0; k < CVEC; ++k)
@@ -404,10 +575,11 @@ KERNEL void pool_fwd(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT y
                 for(int k = 0; k < CVEC; ++k)
                     acc[th][tw][k] *= 1.0f / (float)(KD * KH * KW);
 #endif
-                pool_store(yp, n * yn + c * yc + d * yd + ho * yh + wo * yw, acc[th][tw], aligned);
+                pool_store(yp, n * S_YN + c * S_YC + d * S_YD + ho * S_YH + wo * S_YW, acc[th][tw], aligned);
 #if POOL_MODE == 0 && POOL_SAVE_INDEX
-                pool_store_index(ip, n * in_ + c * ic + d * id_ + ho * ih_ + wo * iw_, ic, arg[th][tw]);
+                pool_store_index(ip, n * S_IN + c * S_IC + d * S_ID + ho * S_IH + wo * S_IW, S_IC, arg[th][tw]);
 #endif
+#endif /* POOL_H2 */
             }
         }
     }
@@ -487,9 +659,9 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
         const int oh1 = min((hc + POOL_CH - 1 + P_PH) / P_SH + 1, P_HO);
         const int ow0 = pool_first_out(wc, P_PW, P_SW, KW);
         const int ow1 = min((wc + POOL_CW - 1 + P_PW) / P_SW + 1, P_WO);
-        const i64 ybase = n * yn + c * yc;
+        const poff_t ybase = n * S_YN + c * S_YC;
 #if POOL_MODE == 0
-        const i64 ibase = n * in_ + c * ic;
+        const poff_t ibase = n * S_IN + c * S_IC;
 #endif
         for(int od = od0; od < od1; ++od)
         {
@@ -498,11 +670,11 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
                 for(int ow = ow0; ow < ow1; ++ow)
                 {
                     float g[CVEC];
-                    pool_load(dyp, ybase + od * yd + oh * yh + ow * yw, g, aligned);
+                    pool_load(dyp, ybase + od * S_YD + oh * S_YH + ow * S_YW, g, aligned);
                     const int fz = d - (od * P_SD - P_PD);
 #if POOL_MODE == 0
                     u64 got[CVEC];
-                    pool_load_index(ip, ibase + od * id_ + oh * ih_ + ow * iw_, ic, got);
+                    pool_load_index(ip, ibase + od * S_ID + oh * S_IH + ow * S_IW, S_IC, got);
 #elif POOL_MODE == 1
                     const int dlo = max(od * P_SD - P_PD, 0), dhi = min(od * P_SD - P_PD + KD, P_DI);
                     const int hlo = max(oh * P_SH - P_PH, 0), hhi = min(oh * P_SH - P_PH + KH, P_HI);
@@ -540,7 +712,7 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
                 }
             }
         }
-        const i64 dbase = n * xn + c * xc + d * xd;
+        const poff_t dbase = n * S_XN + c * S_XC + d * S_XD;
         UNROLL
         for(int ch = 0; ch < POOL_CH; ++ch)
         {
@@ -550,13 +722,13 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
             UNROLL
             for(int cw = 0; cw < POOL_CW; ++cw)
                 if(wc + cw < P_WI)
-                    pool_store(dxp, dbase + (hc + ch) * xh + (wc + cw) * xw, acc[ch][cw], aligned);
+                    pool_store(dxp, dbase + (hc + ch) * S_XH + (wc + cw) * S_XW, acc[ch][cw], aligned);
 #else
             float row[POOL_CW];
             UNROLL
             for(int cw = 0; cw < POOL_CW; ++cw)
                 row[cw] = acc[ch][cw][0];
-            pool_store_cell_row(dxp, dbase + (hc + ch) * xh + wc * xw, xw, row, P_WI - wc);
+            pool_store_cell_row(dxp, dbase + (hc + ch) * S_XH + wc * S_XW, S_XW, row, P_WI - wc);
 #endif
         }
     }

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from miopy.problem.passes import Pass
-from miopy.problem.pooling import IndexMode, PoolingProblem
+from miopy.problem.pooling import IndexMode, IndexType, PoolingMode, PoolingProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import TunableSolver
 from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
@@ -85,6 +85,7 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work
         "POOL_NHWC": int(channels_last),
         "POOL_VEC": int(vec),
         "POOL_IDX32": int(work_items + MAX_WORK_ITEMS < 2**31),
+        "POOL_OFF32": int(all(t.element_space < 2**31 for t in (p.x, p.y, p.index) if t is not None)),
     }
     if fixed:
         n, c, di, hi, wi = p.x.lens5()
@@ -100,6 +101,9 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work
             out[f"POOL_{name}"] = value
         for axis, k, s, q in zip("DHW", window, strides, pads):
             out.update({f"POOL_K{axis}": k, f"POOL_S{axis}": s, f"POOL_P{axis}": q})
+        index = p.index.strides5() if p.uses_index else (0,) * 5
+        for t, values in (("X", p.x.strides5()), ("Y", p.y.strides5()), ("I", index)):
+            out.update({f"POOL_{t}S_{axis}": v for axis, v in zip("NCDHW", values)})
     if p.uses_index:
         out["POOL_SAVE_INDEX"] = 1
         out["POOL_INDEX_TYPE"] = d.index_type.code
@@ -108,15 +112,17 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work
 
 
 FWD_TILES = ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2))  # (th, tw)
+H2_TILES = ((1, 1), (1, 2), (2, 1))  # tiles also tried in half2 arithmetic where it applies
 MAX_CELL = 4  # strides above this: one position per backward work item
 MAX_CELL_VALUES = 32  # accumulators per backward work item (cell positions x channels)
 
 
 def _cells(problem: PoolingProblem, per_item: int) -> list[tuple[int, int]]:
-    """Backward cells (ch, cw) worth trying: one position, one stride along W, the whole stride."""
+    """Backward cells (ch, cw) worth trying: one position, one stride along W, the whole stride,
+    two strides along W."""
     sh, sw = problem.desc.strides[-2:]
     out = [(1, 1)]
-    for ch, cw in ((1, sw), (sh, sw)):
+    for ch, cw in ((1, sw), (sh, sw), (sh, 2 * sw)):
         small = ch <= MAX_CELL and cw <= MAX_CELL and ch * cw * per_item <= MAX_CELL_VALUES
         if small and (ch, cw) not in out:
             out.append((ch, cw))
@@ -144,15 +150,33 @@ class _Pool(TunableSolver):
     def _per_item(self, problem: PoolingProblem) -> int:
         return _vec_width(problem) if self.vec else 1
 
+    def _half2(self, ctx, problem: PoolingProblem) -> bool:
+        """fp16 channel vectors max-pooled in half2 arithmetic (kernels/common/pool.h, POOL_H2):
+        CUDA, max pooling, no index or a u8 index inside the window."""
+        if not (self.vec and specialize(ctx) and problem.dtype.value == "FP16"):
+            return False
+        if problem.desc.mode is not PoolingMode.MAX:
+            return False
+        d = problem.desc
+        return not problem.uses_index or (d.index_type is IndexType.UINT8 and d.index_mode is IndexMode.MASK)
+
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
         if self.direction is Pass.FORWARD:
-            return [{"th": th, "tw": tw} for th, tw in FWD_TILES]
+            out = [{"th": th, "tw": tw, "h2": 0} for th, tw in FWD_TILES]
+            if self._half2(ctx, problem):
+                out += [{"th": th, "tw": tw, "h2": 1} for th, tw in H2_TILES]
+            return out
         return [{"ch": ch, "cw": cw} for ch, cw in _cells(problem, self._per_item(problem))]
 
     def default_config(self, ctx, problem) -> dict[str, Any]:
         if self.direction is Pass.FORWARD:
-            return {"th": 1, "tw": 2 if self.vec else 1}
-        return self.search_space(ctx, problem)[-1]
+            if self._half2(ctx, problem):
+                return {"th": 1, "tw": 1, "h2": 1}
+            return {"th": 1, "tw": 1 if self.vec else 2, "h2": 0}
+        cells = self.search_space(ctx, problem)
+        sh, sw = problem.desc.strides[-2:]
+        want = {"ch": 1, "cw": sw} if self.vec else {"ch": sh, "cw": sw}  # the H200's best
+        return want if want in cells else cells[0]
 
     def is_valid_config(self, ctx, problem, config: Any) -> bool:
         if not isinstance(config, dict):
@@ -181,6 +205,8 @@ class _Pool(TunableSolver):
         defs.update({"POOL_TH": th, "POOL_TW": tw} if forward else {"POOL_CH": th, "POOL_CW": tw})
         if forward and self._row_vectors(ctx, problem, tw):
             defs["POOL_ROWVEC"] = 1
+        if forward and cfg["h2"]:
+            defs["POOL_H2"] = 1
         spec = KernelSpec("pool", "pool_fwd" if forward else "pool_bwd", defs, global_size, local_size)
         # without an index the kernel takes the output in its place (and never touches it)
         if forward:
