@@ -239,3 +239,30 @@ def test_row_vectors(ocl, dtype, width):
         vectors += dict(solution.kernels[0].defines).get("POOL_ROWVEC", 0)
         check_pool(ocl, solution, rng)
     assert vectors == (3 if dtype == "fp32" else 1)  # tw 2 and 4, or tw 4 only
+
+
+def test_static_cells(ocl):
+    """Backward cells a whole number of strides with the shape compiled in (what CUDA gets): which
+    outputs cover a cell is then compile-time; pads below, equal to and above K - S, strides 1-3,
+    sizes that leave partial cells."""
+    rng = np.random.default_rng(17)
+    cases = [
+        ("fp32", (1, 2, 11, 13), "NCHW", PoolingDesc("max", (3, 3), (2, 2), (1, 1))),
+        ("fp32", (1, 2, 10, 9), "NCHW", PoolingDesc("max", (3, 3), (2, 2), (0, 0))),
+        ("fp32", (1, 2, 9, 11), "NCHW", PoolingDesc("avg", (2, 2), (2, 2), (1, 0))),
+        ("fp16", (1, 8, 7, 6), "NHWC", PoolingDesc("avg_in", (3, 3), (1, 1), (1, 1))),
+        (
+            "fp32",
+            (1, 2, 13, 14),
+            "NCHW",
+            PoolingDesc("max", (5, 4), (3, 3), (2, 1), index_mode="image", index_type="u16"),
+        ),
+    ]
+    static = 0
+    for dtype, lens, layout, desc in cases:
+        problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "B")
+        sv = BWD["vec" if layout == "NHWC" else "direct"]
+        for cfg in sv.search_space(CudaLike(), problem.solver_view()):
+            static += all(c % s == 0 for c, s in zip((cfg["ch"], cfg["cw"]), desc.strides[-2:]))
+            check_pool(ocl, make_solution(CudaLike(), problem, sv, cfg), rng)
+    assert static >= 8

@@ -112,6 +112,13 @@ typedef unsigned long long idx_t;
 #endif
 #endif
 
+/* index values as read back and compared: 32 bits unless the index type is u64 */
+#if POOL_INDEX_TYPE == 3
+typedef u64 pool_ival_t;
+#else
+typedef u32 pool_ival_t;
+#endif
+
 #define POOL_LOWEST (-3.402823466e+38f)
 
 #define POOL_SHAPE_ARGS                                                                                \
@@ -182,7 +189,7 @@ DEVICE_FN void pool_store_index(GLOBAL idx_t* ip, i64 off, i64 ic, const u32* ar
         ip[off + k * ic] = (idx_t)arg[k];
 }
 
-DEVICE_FN void pool_load_index(const GLOBAL idx_t* ip, i64 off, i64 ic, u64* out)
+DEVICE_FN void pool_load_index(const GLOBAL idx_t* ip, i64 off, i64 ic, pool_ival_t* out)
 {
 #if POOL_VEC
     if((ic == 1) & ((((u64)(ip + off)) & 3) == 0) & ((CVEC * (int)sizeof(idx_t)) % 4 == 0))
@@ -207,7 +214,7 @@ DEVICE_FN void pool_load_index(const GLOBAL idx_t* ip, i64 off, i64 ic, u64* out
     }
 #endif
     for(int k = 0; k < CVEC; ++k)
-        out[k] = (u64)ip[off + k * ic];
+        out[k] = (pool_ival_t)ip[off + k * ic];
 }
 
 /* (n, c, d, h, w) of work item i over N x C x D x H x W positions, CVEC channels per item */
@@ -632,6 +639,65 @@ DEVICE_FN void pool_store_cell_row(GLOBAL data_t* p, i64 off, i64 step, const fl
             STORE(p, off + j * step, v[j]);
 }
 
+/* POOL_CELL_STATIC: compiled-in shape and cells a whole number of strides (POOL_CH % SH == 0,
+   POOL_CW % SW == 0). Output hc / SH + POOL_JH0 + jh, jh < POOL_NJH, covers the cell (likewise W). */
+#define POOL_FDIV(a, b) ((a) >= 0 ? (a) / (b) : -((-(a) + (b) - 1) / (b)))
+#define POOL_CDIV(a, b) (-POOL_FDIV(-(a), (b)))
+#define POOL_CELL_STATIC 0
+#ifdef POOL_FIXED
+#if POOL_CH % POOL_SH == 0 && POOL_CW % POOL_SW == 0
+#undef POOL_CELL_STATIC
+#define POOL_CELL_STATIC 1
+#define POOL_JH0 POOL_CDIV(P_PH - KH + 1, P_SH)
+#define POOL_NJH (POOL_FDIV(POOL_CH - 1 + P_PH, P_SH) - POOL_JH0 + 1)
+#define POOL_JW0 POOL_CDIV(P_PW - KW + 1, P_SW)
+#define POOL_NJW (POOL_FDIV(POOL_CW - 1 + P_PW, P_SW) - POOL_JW0 + 1)
+#endif
+#endif
+
+/* backward, for output (od, oh, ow): its dy vector g and, max: its index values got; average:
+   its scale */
+#if POOL_MODE == 0
+#define POOL_BWD_LOAD_OUTPUT                                                                      \
+    float g[CVEC];                                                                                \
+    pool_load(dyp, ybase + od * S_YD + oh * S_YH + ow * S_YW, g, aligned);                        \
+    pool_ival_t got[CVEC];                                                                        \
+    pool_load_index(ip, ibase + od * S_ID + oh * S_IH + ow * S_IW, S_IC, got);
+#elif POOL_MODE == 1
+#define POOL_BWD_LOAD_OUTPUT                                                                      \
+    float g[CVEC];                                                                                \
+    pool_load(dyp, ybase + od * S_YD + oh * S_YH + ow * S_YW, g, aligned);                        \
+    const int dlo = max(od * P_SD - P_PD, 0), dhi = min(od * P_SD - P_PD + KD, P_DI);             \
+    const int hlo = max(oh * P_SH - P_PH, 0), hhi = min(oh * P_SH - P_PH + KH, P_HI);             \
+    const int wlo = max(ow * P_SW - P_PW, 0), whi = min(ow * P_SW - P_PW + KW, P_WI);             \
+    const int count = (dhi - dlo) * (hhi - hlo) * (whi - wlo);                                    \
+    const float scale = 1.0f / (float)(count > 0 ? count : 1);
+#else
+#define POOL_BWD_LOAD_OUTPUT                                                                      \
+    float g[CVEC];                                                                                \
+    pool_load(dyp, ybase + od * S_YD + oh * S_YH + ow * S_YW, g, aligned);                        \
+    const float scale = 1.0f / (float)(KD * KH * KW);
+#endif
+
+/* backward: cell position (ch, cw) at (fz, fy, fx) of the current output's window takes its share */
+#if POOL_MODE == 0
+#if POOL_INDEX_IMAGE
+#define POOL_WANT ((pool_ival_t)(((u64)d * P_HI + (hc + ch)) * P_WI + (wc + cw)))
+#else
+#define POOL_WANT ((pool_ival_t)((fz * KH + fy) * KW + fx))
+#endif
+#define POOL_BWD_TAKE                                                                             \
+    {                                                                                             \
+        const pool_ival_t want = POOL_WANT;                                                       \
+        for(int k = 0; k < CVEC; ++k)                                                             \
+            acc[ch][cw][k] += got[k] == want ? g[k] : 0.0f;                                       \
+    }
+#else
+#define POOL_BWD_TAKE                                                                             \
+    for(int k = 0; k < CVEC; ++k)                                                                 \
+        acc[ch][cw][k] += g[k] * scale;
+#endif
+
 KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT dyp,
                      const GLOBAL idx_t* RESTRICT ip, POOL_SHAPE_ARGS)
 {
@@ -653,37 +719,57 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
                     acc[ch][cw][k] = 0.0f;
             }
         }
-        /* the outputs whose windows cover any position of the cell */
-        const int od0 = pool_first_out(d, P_PD, P_SD, KD), od1 = min((d + P_PD) / P_SD + 1, P_DO);
-        const int oh0 = pool_first_out(hc, P_PH, P_SH, KH);
-        const int oh1 = min((hc + POOL_CH - 1 + P_PH) / P_SH + 1, P_HO);
-        const int ow0 = pool_first_out(wc, P_PW, P_SW, KW);
-        const int ow1 = min((wc + POOL_CW - 1 + P_PW) / P_SW + 1, P_WO);
         const poff_t ybase = n * S_YN + c * S_YC;
 #if POOL_MODE == 0
         const poff_t ibase = n * S_IN + c * S_IC;
 #endif
+        const int od0 = pool_first_out(d, P_PD, P_SD, KD), od1 = min((d + P_PD) / P_SD + 1, P_DO);
         for(int od = od0; od < od1; ++od)
         {
+            const int fz = d - (od * P_SD - P_PD);
+#if POOL_CELL_STATIC
+            /* the cell starts on a stride multiple: which outputs cover it, relative to hc / SH and
+               wc / SW, and where each cell position sits in their windows, are compile-time */
+            const int mh = hc / P_SH, mw = wc / P_SW;
+            UNROLL
+            for(int jh = 0; jh < POOL_NJH; ++jh)
+            {
+                const int oh = mh + POOL_JH0 + jh;
+                if(oh < 0 || oh >= P_HO)
+                    continue;
+                UNROLL
+                for(int jw = 0; jw < POOL_NJW; ++jw)
+                {
+                    const int ow = mw + POOL_JW0 + jw;
+                    if(ow < 0 || ow >= P_WO)
+                        continue;
+                    POOL_BWD_LOAD_OUTPUT
+                    UNROLL
+                    for(int ch = 0; ch < POOL_CH; ++ch)
+                    {
+                        const int fy = ch + P_PH - (POOL_JH0 + jh) * P_SH;
+                        UNROLL
+                        for(int cw = 0; cw < POOL_CW; ++cw)
+                        {
+                            const int fx = cw + P_PW - (POOL_JW0 + jw) * P_SW;
+                            if(fy < 0 || fy >= KH || fx < 0 || fx >= KW)
+                                continue;
+                            POOL_BWD_TAKE
+                        }
+                    }
+                }
+            }
+#else
+            /* the outputs whose windows cover any position of the cell */
+            const int oh0 = pool_first_out(hc, P_PH, P_SH, KH);
+            const int oh1 = min((hc + POOL_CH - 1 + P_PH) / P_SH + 1, P_HO);
+            const int ow0 = pool_first_out(wc, P_PW, P_SW, KW);
+            const int ow1 = min((wc + POOL_CW - 1 + P_PW) / P_SW + 1, P_WO);
             for(int oh = oh0; oh < oh1; ++oh)
             {
                 for(int ow = ow0; ow < ow1; ++ow)
                 {
-                    float g[CVEC];
-                    pool_load(dyp, ybase + od * S_YD + oh * S_YH + ow * S_YW, g, aligned);
-                    const int fz = d - (od * P_SD - P_PD);
-#if POOL_MODE == 0
-                    u64 got[CVEC];
-                    pool_load_index(ip, ibase + od * S_ID + oh * S_IH + ow * S_IW, S_IC, got);
-#elif POOL_MODE == 1
-                    const int dlo = max(od * P_SD - P_PD, 0), dhi = min(od * P_SD - P_PD + KD, P_DI);
-                    const int hlo = max(oh * P_SH - P_PH, 0), hhi = min(oh * P_SH - P_PH + KH, P_HI);
-                    const int wlo = max(ow * P_SW - P_PW, 0), whi = min(ow * P_SW - P_PW + KW, P_WI);
-                    const int count = (dhi - dlo) * (hhi - hlo) * (whi - wlo);
-                    const float scale = 1.0f / (float)(count > 0 ? count : 1);
-#else
-                    const float scale = 1.0f / (float)(KD * KH * KW);
-#endif
+                    POOL_BWD_LOAD_OUTPUT
                     UNROLL
                     for(int ch = 0; ch < POOL_CH; ++ch)
                     {
@@ -694,23 +780,13 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
                             const int fx = wc + cw - (ow * P_SW - P_PW);
                             if(fy < 0 || fy >= KH || fx < 0 || fx >= KW)
                                 continue;
-#if POOL_MODE == 0
-#if POOL_INDEX_IMAGE
-                            const u64 want = ((u64)d * P_HI + (hc + ch)) * P_WI + (wc + cw);
-#else
-                            const u64 want = ((u64)fz * KH + fy) * KW + fx;
-#endif
-                            for(int k = 0; k < CVEC; ++k)
-                                acc[ch][cw][k] += got[k] == want ? g[k] : 0.0f;
-#else
-                            for(int k = 0; k < CVEC; ++k)
-                                acc[ch][cw][k] += g[k] * scale;
-#endif
+                            POOL_BWD_TAKE
                         }
                     }
-                    (void)fz;
                 }
             }
+#endif
+            (void)fz;
         }
         const poff_t dbase = n * S_XN + c * S_XC + d * S_XD;
         UNROLL
