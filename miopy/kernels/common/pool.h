@@ -639,8 +639,8 @@ DEVICE_FN void pool_store_cell_row(GLOBAL data_t* p, i64 off, i64 step, const fl
             STORE(p, off + j * step, v[j]);
 }
 
-/* POOL_CELL_STATIC: compiled-in shape and cells a whole number of strides (POOL_CH % SH == 0,
-   POOL_CW % SW == 0). Output hc / SH + POOL_JH0 + jh, jh < POOL_NJH, covers the cell (likewise W). */
+/* POOL_CELL_STATIC: compiled-in shape, cells a whole number of strides (POOL_CH % SH == 0,
+   POOL_CW % SW == 0) and at most 16 candidate outputs per cell. Output hc / SH + POOL_JH0 + jh, jh < POOL_NJH, covers the cell (likewise W). */
 #define POOL_FDIV(a, b) ((a) >= 0 ? (a) / (b) : -((-(a) + (b) - 1) / (b)))
 #define POOL_CDIV(a, b) (-POOL_FDIV(-(a), (b)))
 #define POOL_CELL_STATIC 0
@@ -652,6 +652,10 @@ DEVICE_FN void pool_store_cell_row(GLOBAL data_t* p, i64 off, i64 step, const fl
 #define POOL_NJH (POOL_FDIV(POOL_CH - 1 + P_PH, P_SH) - POOL_JH0 + 1)
 #define POOL_JW0 POOL_CDIV(P_PW - KW + 1, P_SW)
 #define POOL_NJW (POOL_FDIV(POOL_CW - 1 + P_PW, P_SW) - POOL_JW0 + 1)
+#if POOL_NJH * POOL_NJW > 16 /* large windows (global pooling): most candidates miss, loop instead */
+#undef POOL_CELL_STATIC
+#define POOL_CELL_STATIC 0
+#endif
 #endif
 #endif
 
