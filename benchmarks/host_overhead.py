@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--graph-single", action="store_true", help="also time lone launches replayed as graphs")
+    ap.add_argument("--direct-single", action="store_true", help="also time lone launches run directly")
     args = ap.parse_args(argv)
     if torch is None or not torch.cuda.is_available():
         print("benchmarks/host_overhead.py needs PyTorch with a CUDA GPU", file=sys.stderr)
@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
 
     handle = miopy.Handle("cuda")
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-    print("| case | miopy run, us/call | torch conv2d, us/call |")
-    print("|---|---|---|")
+    import cupy
+
+    print("| case | miopy run on torch, us/call | miopy run on cupy, us/call | torch conv2d, us/call |")
+    print("|---|---|---|---|")
     for label, solver, c, hw, k, r, pad, dtype, layout in CASES:
         n = args.batch if r == 1 or hw > 8 else 1
         fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
@@ -82,20 +84,25 @@ def main(argv: list[str] | None = None) -> int:
         tensors = {"x": x, "w": w, "y": out}
         miopy_us = host_us(lambda s=solution, t=tensors: s.run(handle, t), args.calls)
         torch_us = host_us(lambda x=x, w=w, p=pad: torch.nn.functional.conv2d(x, w, padding=p), args.calls)
+        arrays = {role: cupy.asarray(t) for role, t in tensors.items()}  # zero-copy views
+        cupy_us = host_us(lambda s=solution, t=arrays: s.run(handle, t), args.calls)
+        keys_us = host_us(lambda t=tensors: handle.backend.fast_keys(t.values()), args.calls)
         torch.cuda.synchronize()
         err = float((out.float() - y.float()).norm() / y.float().norm())
-        if args.graph_single:
-            handle.backend.graph_single_launch = True  # the same case, a lone launch replayed as a graph
+        if args.direct_single:
+            graph = handle.backend.graph_single_launch
+            handle.backend.graph_single_launch = False  # the same case, a lone launch not as a graph
             handle._prepared.clear()
-            graph_us = host_us(lambda s=solution, t=tensors: s.run(handle, t), args.calls)
-            handle.backend.graph_single_launch = False
+            direct_us = host_us(lambda s=solution, t=tensors: s.run(handle, t), args.calls)
+            handle.backend.graph_single_launch = graph
             handle._prepared.clear()
             host_us(lambda s=solution, t=tensors: s.run(handle, t), 10)
-            label += f" [as a graph: {graph_us:.1f} us]"
-        replay = [e[1] for e in handle._prepared._entries.values() if e[0]() is solution]
+            label += f" [direct launch: {direct_us:.1f} us]"
+        replay = [e[1] for e in handle._prepared.entries.values() if e[0]() is solution]
         replay_us = host_us(lambda c=replay[0]: handle.backend.run_prepared(c), args.calls) if replay else 0
         print(
-            f"| {label} (err {err:.1e}; replay alone {replay_us:.1f} us) | {miopy_us:.1f} | {torch_us:.1f} |",
+            f"| {label} (err {err:.1e}; replay alone {replay_us:.1f} us, torch keys {keys_us:.1f} us) "
+            f"| {miopy_us:.1f} | {cupy_us:.1f} | {torch_us:.1f} |",
             flush=True,
         )
     return 0

@@ -55,7 +55,20 @@ def log_level() -> int:
     return level
 
 
+# os.environ's own store (POSIX CPython: encoded keys), read directly on the per-call path:
+# ``os.environ.get`` encodes its key first, a few microseconds a call.
+_RAW_ENV = getattr(os.environ, "_data", None)
+_RAW_LOGGING_CMD = (
+    os.environ.encodekey("MIOPY_ENABLE_LOGGING_CMD")
+    if isinstance(_RAW_ENV, dict) and hasattr(os.environ, "encodekey")
+    else None
+)
+
+
 def enable_logging_cmd() -> bool:
+    """Read on every ``Solution.run``: unset (the usual case) costs one dict lookup."""
+    if _RAW_LOGGING_CMD is not None and _RAW_LOGGING_CMD not in _RAW_ENV:
+        return False
     return _flag("ENABLE_LOGGING_CMD")
 
 
@@ -110,6 +123,14 @@ def find_only_solvers() -> list[str] | None:
 
 def disable_find_db() -> bool:
     return _flag("DEBUG_DISABLE_FIND_DB")
+
+
+def graph_single_launch() -> bool:
+    """MIOPY_GRAPH_SINGLE_LAUNCH (default on): a recorded run of one kernel launch replays as a
+    CUDA graph, whose launch costs the host less than a cuLaunchKernel with its arguments; 0
+    keeps it a direct launch. Read when a CUDA backend is made."""
+    value = _env("GRAPH_SINGLE_LAUNCH")
+    return value is None or value.strip().lower() not in ("0", "false", "no", "off")
 
 
 def bench_flush_l2() -> bool:

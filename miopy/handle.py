@@ -176,6 +176,35 @@ class Handle:
         On device arrays the first run records the program's launches as prepared calls (see
         ``miopy.backends.prepared``), cached by the solution, the buffers' addresses, shapes,
         strides and types, the workspace and the scalars; later runs on them only replay."""
+        key = None
+        if type(tensors) is dict and (scalars is None or type(scalars) is dict):
+            # The hit path: one key of the buffers' addresses, shapes, strides and types, one
+            # lookup, the replay. Everything else was checked when the entry was recorded.
+            backend = self.backend
+            parts = backend.fast_keys(tensors.values())
+            ws_key = None if workspace is None or parts is None else backend.fast_key(workspace)
+            if parts is not None and (workspace is None or ws_key is not None):
+                key = (id(solution), tuple(tensors), parts, ws_key, tuple(scalars.items()) if scalars else ())
+                entries = self._prepared.entries
+                entry = entries.get(key)
+                if entry is not None and entry[0]() is solution:
+                    entries.move_to_end(key)
+                    if config.enable_logging_cmd():
+                        log_command(solution.problem, solution.solver_id)
+                    backend.run_prepared(entry[1])
+                    return
+        self._run_unprepared(solution, tensors, workspace, scalars, key)
+
+    def _run_unprepared(
+        self,
+        solution: Solution,
+        tensors: Any,
+        workspace: Any,
+        scalars: Any,
+        key: Any,
+    ) -> None:
+        """``run_solution`` past the prepared-call cache: checks every argument, runs, and records
+        the prepared calls under ``key`` (None: not recordable)."""
         if not isinstance(tensors, dict):
             roles = ", ".join(solution.problem.tensors())
             raise BadParm(f"tensors={type(tensors).__name__}: expected a dict with {roles}")
@@ -184,17 +213,6 @@ class Handle:
         if config.enable_logging_cmd():
             log_command(solution.problem, solution.solver_id)
         backend = self.backend
-        fast = backend.fast_key
-        parts = tuple(map(fast, tensors.values()))
-        key = None
-        if None not in parts:
-            ws_key = None if workspace is None else fast(workspace)
-            if workspace is None or ws_key is not None:
-                key = (id(solution), tuple(tensors), parts, ws_key, tuple(scalars.items()) if scalars else ())
-                entry = self._prepared.get(key)
-                if entry is not None and entry[0]() is solution:
-                    backend.run_prepared(entry[1])  # checked when recorded; same buffers and types
-                    return
         problem = solution.problem
         descs = problem.tensors()
         missing = [r for r in descs if tensors.get(r) is None]

@@ -7,7 +7,7 @@ import abc
 import hashlib
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -173,6 +173,11 @@ class Backend(abc.ABC):
         strides and type: what its extent depends on), or None when ``obj`` has none (NumPy
         arrays, unknown objects). Prepared calls are cached by these keys."""
         return None
+
+    def fast_keys(self, objs: Iterable[Any]) -> tuple[Any, ...] | None:
+        """``fast_key`` of each of ``objs``, or None when any has none."""
+        keys = tuple(map(self.fast_key, objs))
+        return None if None in keys else keys
 
     # ---- library calls (optional) -------------------------------------------------------------
     def gemm(

@@ -28,13 +28,13 @@ import re
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from miopy import log
+from miopy import config, log
 from miopy.backends.base import KERNEL_ROOT, DeviceInfo
 from miopy.backends.base import Backend as BackendBase
 from miopy.errors import AllocFailed, BackendUnavailable, CompileError, InternalError, bad
@@ -243,6 +243,27 @@ def _libcuda() -> Any:
     return lib
 
 
+@functools.cache
+def _cython_launch() -> tuple[Callable[..., None], type] | None:
+    """CuPy's compiled ``launchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)``
+    (all plain ints) and the error it raises, or None where this CuPy has none."""
+    try:
+        from cupy_backends.cuda.api import driver
+    except ImportError:
+        return None
+    launch = getattr(driver, "launchKernel", None)
+    failure = getattr(driver, "CUDADriverError", None)
+    if launch is None or failure is None:
+        return None
+    return launch, failure
+
+
+def _raw_launch(fn: int, dims: tuple[int, ...], stream: ctypes.c_void_p, params: ctypes.Array) -> int:
+    """cuLaunchKernel through ctypes; the CUresult."""
+    fixed = (ctypes.c_void_p(fn), *(ctypes.c_uint(v) for v in dims))
+    return _libcuda().cuLaunchKernel(*fixed, stream, params, None)
+
+
 _CUDA_ERROR_INVALID_CONTEXT = 201
 
 # The spin kernel holds the stream while the host enqueues the runs to time, so the device then
@@ -349,7 +370,9 @@ class Backend(BackendBase):
         self._sptr = 0  # the stream's handle, read by every prepared call
         self._c_sptr = ctypes.c_void_p(0)
         # A lone kernel launch replays as a graph too when this is set (see finish_prepared).
-        self.graph_single_launch = False
+        self.graph_single_launch = config.graph_single_launch()
+        # A lone library call (cuBLAS, cuBLASLt) is captured unless this is cleared.
+        self.graph_single_library = True
         self._multi_gpu = count > 1
         self._follow: str | None = None
         self._keyers: dict[type, Callable[[Any], Any]] = {}
@@ -613,16 +636,33 @@ class Backend(BackendBase):
             value = self._arg(i, a)
             holders.append(_c_scalar(value))
         params = (ctypes.c_void_p * max(len(holders), 1))(*(ctypes.addressof(h) for h in holders))
-        # ctypes objects of the argument types: passed without conversion on every call
         dims = (gx, gy, gz, bx, by, bz, shared_mem)
-        fixed = (ctypes.c_void_p(int(kernel.ptr)), *(ctypes.c_uint(v) for v in dims))
-        launch = _libcuda().cuLaunchKernel
         backend = self
+        fast = _cython_launch()
+        if fast is not None:
+            # CuPy's compiled cuLaunchKernel wrapper takes plain ints: no per-argument conversion
+            # objects as ctypes has (several microseconds a call for 11 arguments).
+            launch, failure = fast
+            fn, paddr = int(kernel.ptr), ctypes.addressof(params)
 
-        def call() -> None:
-            rc = launch(*fixed, backend._c_sptr, params, None)
-            if rc:
-                backend._launch_failed(rc, lambda: launch(*fixed, backend._c_sptr, params, None))
+            def call() -> None:
+                try:
+                    launch(fn, gx, gy, gz, bx, by, bz, shared_mem, backend._sptr, paddr, 0)
+                except failure as exc:
+                    backend._launch_failed(
+                        int(getattr(exc, "status", -1)),
+                        lambda: _raw_launch(fn, dims, backend._c_sptr, params),
+                    )
+
+        else:
+            # ctypes objects of the argument types: passed without conversion on every call
+            fixed = (ctypes.c_void_p(int(kernel.ptr)), *(ctypes.c_uint(v) for v in dims))
+            launch_c = _libcuda().cuLaunchKernel
+
+            def call() -> None:
+                rc = launch_c(*fixed, backend._c_sptr, params, None)
+                if rc:
+                    backend._launch_failed(rc, lambda: launch_c(*fixed, backend._c_sptr, params, None))
 
         call.keep = (holders, params, kernel)  # type: ignore[attr-defined]
         return call
@@ -637,11 +677,14 @@ class Backend(BackendBase):
         raise InternalError(f"cuLaunchKernel failed with CUresult {rc}")
 
     def finish_prepared(self, calls: list[Callable[[], None]]) -> list[Callable[[], None]]:
-        """Several calls, or library calls (cuBLAS, cuBLASLt: several microseconds of host work
-        each), are captured once into a CUDA graph; a run then costs one graph launch. A lone
-        kernel launch stays as it is (it costs what a graph launch costs)."""
-        if len(calls) == 1 and not getattr(calls[0], "library", False) and not self.graph_single_launch:
-            return calls
+        """The calls of one run are captured once into a CUDA graph; a run then costs one graph
+        launch (about 1.5 us of host time on an H200's host, where a cuLaunchKernel with its
+        arguments costs 3.5 us and a cuBLAS call several). A lone kernel launch stays direct when
+        ``graph_single_launch`` is off, a lone library call when ``graph_single_library`` is."""
+        if len(calls) == 1:
+            library = getattr(calls[0], "library", False)
+            if not (self.graph_single_library if library else self.graph_single_launch):
+                return calls
         cp = self._cp
         saved = self.stream, self._sptr
         with self.device:
@@ -687,6 +730,19 @@ class Backend(BackendBase):
         if keyer is None:
             keyer = self._keyers[kind] = self._keyer_for(kind)
         return keyer(obj)
+
+    def fast_keys(self, objs: Iterable[Any]) -> tuple[Any, ...] | None:
+        keyers = self._keyers
+        keys = []
+        for obj in objs:
+            keyer = keyers.get(type(obj))
+            if keyer is None:
+                keyer = keyers[type(obj)] = self._keyer_for(type(obj))
+            key = keyer(obj)
+            if key is None:
+                return None
+            keys.append(key)
+        return tuple(keys)
 
     def _keyer_for(self, kind: type) -> Callable[[Any], Any]:
         cp = self._cp
@@ -773,17 +829,19 @@ class Backend(BackendBase):
         d: Any,
         d_offset: int,
         workspace: Any,
+        workspace_offset: int = 0,
+        beta: float = 0.0,
     ) -> Callable[[], None]:
         """Candidate ``index`` of the cuBLASLt product ``gemm`` (cuda_libs.LtGemm) on these
-        buffers (offsets in bytes), as a prepared call on this backend's stream."""
+        buffers (offsets in bytes), as a prepared call on this backend's stream. cuBLASLt's own
+        scratch starts ``workspace_offset`` bytes into ``workspace``; ``beta`` 1 adds to D."""
         need = gemm.algos()[index][1]
-        if need and (workspace is None or self.nbytes(workspace) < need):
-            raise bad(
-                "workspace", workspace if workspace is None else self.nbytes(workspace), f"needs {need} bytes"
-            )
-        ws = self._ptr(workspace) if need else 0
+        if need and (workspace is None or self.nbytes(workspace) < workspace_offset + need):
+            have = workspace if workspace is None else self.nbytes(workspace)
+            raise bad("workspace", have, f"needs {workspace_offset + need} bytes")
+        ws = self._ptr(workspace) + workspace_offset if need else 0
         call = gemm.prepare(
-            index, self._ptr(a) + a_offset, self._ptr(b) + b_offset, self._ptr(d) + d_offset, ws, self
+            index, self._ptr(a) + a_offset, self._ptr(b) + b_offset, self._ptr(d) + d_offset, ws, self, beta
         )
         call.library = True  # type: ignore[attr-defined]
         return call

@@ -226,21 +226,23 @@ class LtGemm:
                 ]
         return self._algos
 
-    def prepare(self, index: int, a: int, b: int, d: int, workspace: int, owner: Any) -> Callable[[], None]:
+    def prepare(
+        self, index: int, a: int, b: int, d: int, workspace: int, owner: Any, beta: float = 0.0
+    ) -> Callable[[], None]:
         """A call of candidate ``index`` on these device addresses, on the stream ``owner._sptr``
-        holds when it runs (the CUDA backend)."""
+        holds when it runs (the CUDA backend); D = op(A) op(B) + ``beta`` D."""
         algo, need = self.algos()[index]
         for name, ptr in (("A", a), ("B", b), ("D", d), ("workspace", workspace)):
             if ptr % LT_ALIGNMENT:
                 raise InternalError(f"cuBLASLt {name} pointer {ptr:#x} is not {LT_ALIGNMENT}-byte aligned")
-        scalars = (ctypes.c_float * 2)(1.0, 0.0)
-        alpha, beta = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
+        scalars = (ctypes.c_float * 2)(1.0, float(beta))
+        alpha, beta_p = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
         la, lb, lc = self.layouts
         matmul, handle, desc, algo_p = cublaslt().matmul, lt_handle(), self.desc, ctypes.addressof(algo)
 
         def call() -> None:
             status = matmul(
-                handle, desc, alpha, a, la, b, lb, beta, d, lc, d, lc, algo_p, workspace, need, owner._sptr
+                handle, desc, alpha, a, la, b, lb, beta_p, d, lc, d, lc, algo_p, workspace, need, owner._sptr
             )
             if status:
                 check(status, "cublasLtMatmul")

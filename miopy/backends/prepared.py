@@ -46,22 +46,23 @@ class PreparedCache:
 
     def __init__(self, capacity: int = 64):
         self.capacity = capacity
-        self._entries: OrderedDict[Any, tuple[Any, list[Callable[[], None]], Any]] = OrderedDict()
+        # Public for the caller's hit path (a lookup and ``move_to_end``, no method call between).
+        self.entries: OrderedDict[Any, tuple[Any, list[Callable[[], None]], Any]] = OrderedDict()
 
     def get(self, key: Any) -> tuple[Any, list[Callable[[], None]], Any] | None:
-        entry = self._entries.get(key)
+        entry = self.entries.get(key)
         if entry is not None:
-            self._entries.move_to_end(key)
+            self.entries.move_to_end(key)
         return entry
 
     def put(self, key: Any, entry: tuple[Any, list[Callable[[], None]], Any]) -> None:
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        self.entries[key] = entry
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
 
     def clear(self) -> None:
-        self._entries.clear()
+        self.entries.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
