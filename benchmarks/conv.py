@@ -4,7 +4,8 @@ For every layer of a workload file (miopy-driver lines, default benchmarks/resne
 data type / layout and every direction asked for: miopy's find (NORMAL mode) picks a solution on
 the layer's tensors, then miopy's solution and cuDNN (``cudnn.benchmark = True``, TF32 off unless
 ``--tf32``) are timed by the same device timer (runs back to back behind a spin kernel, the L2
-cache flushed before each run unless ``--no-flush``). The outputs are compared too.
+cache flushed before each run unless ``--no-flush``; find then flushes too, MIOPY_BENCH_FLUSH_L2,
+so it ranks candidates as they are compared here). The outputs are compared too.
 
 Printed: one table per data type and layout (cuDNN µs / miopy µs, their ratio, miopy's solver,
 and the share of the layer's floor each reaches: the larger of flops over the matrix rate and
@@ -207,9 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     handle = miopy.Handle(args.backend)
     torch_dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     flush = not args.no_flush
+    if flush:  # find ranks the candidates under the conditions they are compared in
+        os.environ.setdefault("MIOPY_BENCH_FLUSH_L2", "1")
     print(
         f"# {handle}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
-        f"L2 flush {'on' if flush else 'off'}; TF32 for cuDNN {'on' if args.tf32 else 'off'}"
+        f"L2 flush {'on' if flush else 'off'} (find: {os.environ.get('MIOPY_BENCH_FLUSH_L2') or 'off'}); "
+        f"TF32 for cuDNN {'on' if args.tf32 else 'off'}"
     )
     print("# each cell: cuDNN us / miopy us = miopy/cuDNN; floor: share of the layer's floor each reaches")
     results = []

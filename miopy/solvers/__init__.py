@@ -18,6 +18,7 @@ from miopy.solvers.conv.gemm import (
     GemmWrwUniversal,
 )
 from miopy.solvers.conv.gemm_lt import GemmLtBwd1x1, GemmLtFwd1x1, GemmLtWrw1x1
+from miopy.solvers.conv.gemm_lt_wrw import GemmLtWrw1x1Nchw
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
@@ -37,6 +38,7 @@ SOLVERS: dict[str, list[Solver]] = {
         GemmLtFwd1x1(),
         GemmLtBwd1x1(),
         GemmLtWrw1x1(),
+        GemmLtWrw1x1Nchw(),
         GemmFwd1x1_0_1(),
         ConvIgemmFwdNhwc(),
         GemmFwdRest(),

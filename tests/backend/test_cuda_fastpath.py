@@ -219,6 +219,47 @@ def test_lt_every_candidate(handle, dtype, layout, direction):
         assert error(problem, bufs) < tol(problem), cfg
 
 
+@pytest.mark.parametrize("dims", [(8, 24, 8, 40), (3, 9, 3, 13)])
+def test_lt_wrw_nchw_every_mode_and_candidate(handle, dims):
+    """fp32 NCHW 1x1 backward weights: batched + sum, packed, packed and split + sum; every
+    cuBLASLt candidate of each against the reference, on device arrays (recorded and replayed)
+    and on NumPy arrays. (3, 9, 3x5, 13): 15 positions, so no 16-byte rows and no split."""
+    import cupy
+
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers import by_name
+
+    n, c, hw, k = dims
+    problem = problem_1x1("fp32", "NCHW", "W", n=n, c=c, hw=hw, k=k)
+    solver = by_name("GemmLtWrw1x1Nchw")
+    view_ = problem.solver_view()
+    reason = solver.is_applicable(handle, view_)
+    assert reason is None, reason
+    configs = solver.search_space(handle, view_)
+    modes = {cfg["mode"] for cfg in configs}
+    if n == 8:
+        assert modes == {"batched", "packed", "split32"}, modes
+    else:  # cuBLASLt may refuse batches of misaligned images; packing realigns them
+        assert {"packed"} <= modes <= {"batched", "packed"}, modes
+    assert not solver.is_valid_config(handle, view_, {"mode": "batched", "algo": len(configs)})
+    assert solver.is_valid_config(handle, view_, solver.default_config(handle, view_))
+    for i, cfg in enumerate(configs):
+        sol = make_solution(handle, problem, solver, cfg)
+        bufs = host_buffers(problem, 20 + i)
+        sol.run(handle, bufs)
+        assert error(problem, bufs) < tol(problem), cfg
+        dev = {r: cupy.asarray(b) for r, b in bufs.items()}
+        dev["w"][...] = cupy.nan
+        ws = cupy.empty(max(sol.workspace, 1), cupy.uint8)
+        for _ in range(2):  # the second run replays the recorded calls
+            sol.run(handle, dev, workspace=ws)
+        handle.backend.synchronize()
+        assert error(problem, {r: cupy.asnumpy(b) for r, b in dev.items()}) < tol(problem), cfg
+    for fp16 in ("fp16", "bf16"):
+        assert solver.is_applicable(handle, problem_1x1(fp16, "NCHW", "W").solver_view()) is not None
+    assert solver.is_applicable(handle, problem_1x1("fp32", "NHWC", "W").solver_view()) is not None
+
+
 def test_find_times_lt_candidates_and_keeps_winner(handle, monkeypatch, tmp_path):
     from miopy.engine.find import FindOptions, find_solutions
 
