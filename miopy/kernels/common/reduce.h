@@ -17,6 +17,7 @@
 #define RED_TEAM 64
 #endif
 #define RED_GROUP 256
+#define RED_BLOCK 64 /* reduce_generic: elements summed apart before a compensated add */
 #define RED_ROWS (RED_GROUP / RED_TEAM)
 
 #ifdef __OPENCL_VERSION__
@@ -230,8 +231,29 @@ KERNEL void reduce_generic(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTR
                     for(int d = 0; d < r3; ++d)
                     {
                         const i64 base = xb + a * rs0 + b * rs1 + c * rs2 + d * rs3;
-                        for(int e = 0; e < r4; ++e, ++i)
-                            red_fold(&acc, &comp, &ai, LOAD(x, base + e * rs4), i, op, nanprop);
+                        if(red_additive(op))
+                        {
+                            /* blocks of RED_BLOCK in two plain chains, each block added with
+                               compensation: accurate, and no long dependency per element */
+                            for(int e0 = 0; e0 < r4; e0 += RED_BLOCK)
+                            {
+                                const int e1 = e0 + RED_BLOCK < r4 ? e0 + RED_BLOCK : r4;
+                                acc_t p0 = (acc_t)0, p1 = (acc_t)0;
+                                int e = e0;
+                                for(; e + 1 < e1; e += 2)
+                                {
+                                    p0 += red_term(LOAD(x, base + e * rs4), op);
+                                    p1 += red_term(LOAD(x, base + (e + 1) * rs4), op);
+                                }
+                                if(e < e1)
+                                    p0 += red_term(LOAD(x, base + e * rs4), op);
+                                red_kahan(&acc, &comp, p0 + p1);
+                            }
+                            i += r4;
+                        }
+                        else
+                            for(int e = 0; e < r4; ++e, ++i)
+                                red_step(&acc, &ai, LOAD(x, base + e * rs4), i, op, nanprop);
                     }
         red_finish(y, idx, yo, acc, ai, op, count, alpha, beta, read_y, want_idx);
     }
