@@ -175,6 +175,22 @@ def _pool_grad_ours(F_, a):
     return F_.pool_grad(a["dy"], a["x"].shape, desc, index, layout_of(y))
 
 
+def _per_activation_theirs(a):
+    x = a["x"]
+    return (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + 1e-5)
+
+
+def _lrn_within_theirs(a):
+    """miopy's NumPy reference (PyTorch has no within-channel LRN)."""
+    from miopy.problem.lrn import LRNProblem
+    from miopy.reference.lrn import lrn_forward
+    from miopy.tensor import TensorDesc
+
+    x = a["x"].detach().cpu().numpy()
+    problem = LRNProblem.create(TensorDesc("fp32", x.shape), "within", 3, 0.05, 0.75, 1.5)
+    return torch.from_numpy(lrn_forward(problem, x)[0].astype(np.float32)).to(a["x"].device)
+
+
 IMG = {"x": (2, 4, 9, 10)}
 CASES = [
     (
@@ -274,6 +290,27 @@ CASES = [
         _torch_grad(
             lambda t: TF.batch_norm(t["x"], None, None, t["w"], t["b"], training=True), ("x", "w", "b")
         ),
+        FP32,
+    ),
+    (
+        "batch_norm_per_activation",
+        {"x": (6, 3, 4, 5)},
+        lambda F_, a: F_.batch_norm(a["x"], None, None, training=True, spatial=False),
+        _per_activation_theirs,
+        FP32,
+    ),
+    (
+        "softmax_instance",
+        IMG,
+        lambda F_, a: F_.softmax(a["x"], mode="instance"),
+        lambda a: TF.softmax(a["x"].flatten(1), 1).reshape(a["x"].shape),
+        FP32,
+    ),
+    (
+        "lrn_within_channel",
+        {"x": (2, 6, 5, 7)},
+        lambda F_, a: F_.local_response_norm(a["x"], 3, 0.05, 0.75, 1.5, mode="within"),
+        _lrn_within_theirs,
         FP32,
     ),
     ("softmax", IMG, *_same(lambda L, a: L.softmax(a["x"], 1)), FP32),
