@@ -109,6 +109,7 @@ typedef u16 param_t;
 #define NORM_SERIAL_BLOCK 64 /* norm_reduce_rows_serial: elements summed apart */
 #define NORM_ID_norm_pgrad_cols_serial 15
 #define NORM_ID_ln_rows_fwd 16
+#define NORM_ID_norm_pgrad_rows_serial 17
 #ifdef NORM_ONLY
 #define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
 #else
@@ -771,6 +772,58 @@ KERNEL void norm_pgrad_cols_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL
             }
         }
     }
+}
+#endif
+
+/* norm_pgrad_rows for CPU OpenCL devices: one work item per (weight, chunk) unit walks its
+   segments in plain loops (the key's coefficients once per segment), blocks of
+   NORM_SERIAL_BLOCK summed apart and added with compensation. Same arguments and partial sums. */
+#if NORM_WANT(norm_pgrad_rows_serial)
+DEVICE_FN void norm_kahan2(float* sum, float* comp, float v)
+{
+    const float y = v - *comp;
+    const float t = *sum + y;
+    const float c = (t - *sum) - y;
+    *comp = (t - t) == 0.0f ? c : 0.0f;
+    *sum = t;
+}
+
+KERNEL void norm_pgrad_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                                   GLOBAL float* RESTRICT ws, i64 part, i64 coef, i64 K, i64 P, i64 S,
+                                   i64 L, i64 pstride, i64 sstride, i64 chunk, i64 nchunks, i64 smul,
+                                   i64 pdiv)
+{
+    const i64 u = GLOBAL_ID0;
+    if(u >= P * nchunks)
+        return;
+    const i64 p = u / nchunks, c = u % nchunks;
+    const i64 kp = p / pdiv, total = S * L;
+    const i64 q0 = c * chunk, q1 = q0 + chunk < total ? q0 + chunk : total;
+    float a = 0.0f, b = 0.0f, ca = 0.0f, cb = 0.0f;
+    i64 s = q0 / L, j = q0 - s * L;
+    for(i64 q = q0; q < q1; ++s, j = 0)
+    {
+        const i64 run = L - j < q1 - q ? L - j : q1 - q;
+        const i64 off = p * pstride + s * sstride + j;
+        const i64 k = s * smul + kp;
+        const float c1 = ws[coef + K + k], c3 = ws[coef + 3 * K + k], c5 = ws[coef + 5 * K + k];
+        for(i64 e0 = 0; e0 < run; e0 += NORM_SERIAL_BLOCK)
+        {
+            const i64 e1 = e0 + NORM_SERIAL_BLOCK < run ? e0 + NORM_SERIAL_BLOCK : run;
+            float ba = 0.0f, bb = 0.0f;
+            for(i64 e = e0; e < e1; ++e)
+            {
+                const float g = LOAD(dy, off + e);
+                ba += g * (((LOAD(x, off + e) - c1) - c3) * c5);
+                bb += g;
+            }
+            norm_kahan2(&a, &ca, ba);
+            norm_kahan2(&b, &cb, bb);
+        }
+        q += run;
+    }
+    ws[part + (c * 2) * P + p] = a;
+    ws[part + (c * 2 + 1) * P + p] = b;
 }
 #endif
 

@@ -36,6 +36,7 @@ KERNEL_IDS = {
     "norm_reduce_rows_serial": 14,
     "norm_pgrad_cols_serial": 15,
     "ln_rows_fwd": 16,
+    "norm_pgrad_rows_serial": 17,
 }
 VEC_BYTES = 16
 CX, CY = 32, 8  # NORM_CX, NORM_CY
@@ -324,7 +325,10 @@ def _packed_pgrad(ctx, problem, g: PgradGeometry, part: int, coef: int, K: int) 
     else:
         chunk = -(-(g.S * g.L) // nchunks)
         nchunks = -(-(g.S * g.L) // chunk)
-        spec = _spec("norm_pgrad_rows", problem, 1, *_groups(g.P * nchunks))
+        if uses_2d_apply(ctx):  # CPU OpenCL: the serial kernel, same arguments
+            spec = _spec("norm_pgrad_rows_serial", problem, 1, *serial_grid(g.P * nchunks))
+        else:
+            spec = _spec("norm_pgrad_rows", problem, 1, *_groups(g.P * nchunks))
         args = (*common, *(np.int64(v) for v in (g.P, g.S, g.L, g.pstride, g.sstride, chunk, nchunks)))
         args += (np.int64(g.smul), np.int64(g.pdiv))
     gs, ls = grid_1d(g.P)
