@@ -50,11 +50,13 @@ def test_second_process_loads_kernels_from_our_cache(isolated, monkeypatch):
     def no_compiler(*args, **kwargs):
         raise AssertionError("compiled again although the kernel cache holds the binary")
 
-    monkeypatch.setattr(second.backend, "build", no_compiler)
-    second.compile(spec)
+    # undo only this patch: a plain monkeypatch.undo() would also drop the isolated cache folder,
+    # and the third handle would then read the session's shared cache
+    with monkeypatch.context() as patch:
+        patch.setattr(second.backend, "build", no_compiler)
+        second.compile(spec)
     assert second.kernel_cache.hits == 1
     # a different define is a different cache key: a miss that compiles
-    monkeypatch.undo()
     third = Handle("opencl")
     third.compile(KernelSpec("conv_naive", "conv_naive_fwd", {"MIOPY_DTYPE": 1}, (256,), (256,)))
     assert third.kernel_cache.hits == 0
