@@ -224,6 +224,27 @@ def bn_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
     return {"case": f"{name} {c}x{hw}x{hw} {layout}", "bytes": problem.bytes(), "torch_us": torch_us, **ours}
 
 
+def backward_args(be, xs, dys, w, b, means, rstds, outs) -> tuple[list[dict], list, list]:
+    """Layer / group norm backward's tensors by role for each input set, with the dweight and
+    dbias outputs made here (torch.empty_like the weight and bias)."""
+    dws = [torch.empty_like(w) for _ in xs]
+    dbs = [torch.empty_like(b) for _ in xs]
+    args = [
+        {
+            "x": be.wrap(x),
+            "dy": be.wrap(dy),
+            "weight": be.wrap(w),
+            "mean": be.wrap(mean),
+            "rstd": be.wrap(rstd),
+            "dx": be.wrap(out),
+            "dweight": be.wrap(dw),
+            "dbias": be.wrap(db),
+        }
+        for x, dy, mean, rstd, out, dw, db in zip(xs, dys, means, rstds, outs, dws, dbs)
+    ]
+    return args, dws, dbs
+
+
 def ln_case(handle, dtype: str, rows: int, feats: int, direction: str) -> dict:
     """Layer norm over the last dim of (rows, feats), weight and bias."""
     problem = LayerNormProblem(NdDesc(dtype, (rows, feats)), 1, EPS, 1, direction)
@@ -279,21 +300,7 @@ def ln_case(handle, dtype: str, rows: int, feats: int, direction: str) -> dict:
         )
         means = [st[1].view(-1).to(td) for st in stats]
         rstds = [st[2].view(-1).to(td) for st in stats]
-        dws = [torch.empty_like(w) for _ in range(sets)]
-        dbs = [torch.empty_like(b) for _ in range(sets)]
-        args = [
-            {
-                "x": be.wrap(xs[i]),
-                "dy": be.wrap(dys[i]),
-                "weight": be.wrap(w),
-                "mean": be.wrap(means[i]),
-                "rstd": be.wrap(rstds[i]),
-                "dx": be.wrap(outs[i]),
-                "dweight": be.wrap(dws[i]),
-                "dbias": be.wrap(dbs[i]),
-            }
-            for i in range(sets)
-        ]
+        args, dws, dbs = backward_args(be, xs, dys, w, b, means, rstds, outs)
 
         def check(call):
             outs[0].fill_(float("nan"))
@@ -378,21 +385,7 @@ def gn_case(handle, dtype: str, layout: str, shape, direction: str) -> dict:
         torch_us = device_us([functools.partial(torch_bwd, *a) for a in zip(dys, xcs, stats)])
         means = [st[1].view(n, groups).to(td) for st in stats]
         rstds = [st[2].view(n, groups).to(td) for st in stats]
-        dws = [torch.empty_like(w) for _ in range(sets)]
-        dbs = [torch.empty_like(b) for _ in range(sets)]
-        args = [
-            {
-                "x": be.wrap(xs[i]),
-                "dy": be.wrap(dys[i]),
-                "weight": be.wrap(w),
-                "mean": be.wrap(means[i]),
-                "rstd": be.wrap(rstds[i]),
-                "dx": be.wrap(outs[i]),
-                "dweight": be.wrap(dws[i]),
-                "dbias": be.wrap(dbs[i]),
-            }
-            for i in range(sets)
-        ]
+        args, dws, dbs = backward_args(be, xs, dys, w, b, means, rstds, outs)
 
         def check(call):
             outs[0].fill_(float("nan"))
