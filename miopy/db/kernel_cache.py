@@ -113,7 +113,7 @@ class KernelCache:
         for db in self._files():
             sql = f"SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db WHERE {_KEY_WHERE}"
             for blob, digest, size in db.query(sql, key.columns()):
-                binary = _unpack(blob, digest, size)
+                binary = unpack(blob, digest, size)
                 if binary is not None:
                     self.hits += 1
                     return binary
@@ -150,7 +150,9 @@ def entry_statement(key: KernelKey, binary: bytes) -> tuple[str, tuple]:
     return INSERT, (*key.columns(), *row)
 
 
-def _unpack(blob: bytes, digest: str, size: int) -> bytes | None:
+def unpack(blob: bytes, digest: str, size: int) -> bytes | None:
+    """The binary stored as ``blob``, or None when it fails its integrity check (it does not
+    decompress, or its size or sha256 differ from those stored beside it)."""
     try:
         binary = zlib.decompress(blob)
     except (zlib.error, TypeError):

@@ -66,6 +66,30 @@ def entries(path: Path) -> list[dict[str, Any]]:
     return [dict(zip(keys, row)) for row in rows]
 
 
+def damaged(path: Path) -> set[int]:
+    """Ids of the entries whose stored binary fails its integrity check (``kernel_cache.unpack``:
+    it does not decompress, or its size or hash differ from those stored with it). Read a few
+    entries at a time, so a large cache never sits in memory at once."""
+    db = _open(path)
+    bad: set[int] = set()
+    last = -1
+    try:
+        while True:
+            rows = db.query(
+                "SELECT id, kernel_blob, kernel_hash, uncompressed_size FROM kern_db "
+                "WHERE id > ? ORDER BY id LIMIT 32",
+                (last,),
+            )
+            for row_id, blob, digest, size in rows:
+                if kernel_cache.unpack(blob, digest, size) is None:
+                    bad.add(row_id)
+            if len(rows) < 32:
+                return bad
+            last = rows[-1][0]
+    finally:
+        db.close()
+
+
 def disk_size(path: Path) -> int:
     total = 0
     for p in (path, *(Path(f"{path}{s}") for s in SIDECARS)):
@@ -160,7 +184,8 @@ def prune(
     older_than: float | None = None, other_versions: bool = False, dry_run: bool = False
 ) -> dict[str, Any]:
     """Delete stale entries: a changed or removed kernel source, another compiler fingerprint for a
-    device here, older than ``older_than`` seconds, or (``other_versions``) another miopy version,
+    device here, a stored binary that fails its integrity check (a miss for every run anyway),
+    older than ``older_than`` seconds, or (``other_versions``) another miopy version,
     with the cache folders of other versions. Sizes before and after."""
     now = time.time()
     fingerprints = current_fingerprints()
@@ -171,11 +196,14 @@ def prune(
         base = path.name[: -len(".ukdb")].rpartition(".")[0]
         hashes = _current_hashes(backend)
         rows = entries(path)
+        broken = damaged(path)
         doomed = {}
         for row in rows:
             why = stale_reasons(
                 row, hashes, fingerprints.get((base, backend)), older_than, other_versions, now
             )
+            if row["id"] in broken:
+                why.append("damaged binary")
             if why:
                 doomed[row["id"]] = why
         size = disk_size(path)

@@ -32,7 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true")
     c = cache.add_parser("stats", help="sizes and counts per cache file")
     c.add_argument("--json", action="store_true")
-    c = cache.add_parser("prune", help="drop stale entries (changed kernels, other compilers, ...)")
+    c = cache.add_parser(
+        "prune", help="drop stale entries (changed kernels, other compilers, damaged binaries)"
+    )
     c.add_argument("--older-than", metavar="D", help="also entries older than D days (or Ns, Nm, Nh)")
     c.add_argument("--not-this-version", action="store_true", help="also entries of other miopy versions")
     c.add_argument("--dry-run", action="store_true")
@@ -359,7 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out = sys.stdout
     try:
-        return _COMMANDS[args.command](args, out)
+        code = _COMMANDS[args.command](args, out)
+        out.flush()  # a reader gone (`miopy info | head`) shows here, not at the exit
+        return code
+    except BrokenPipeError:
+        # The reader has all it wanted: exit quietly and successfully, as other tools do; stdout
+        # goes to /dev/null so that the flush at the exit does not complain again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
     except (MiopyError, ToolError) as exc:
         lines = [line for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
         print(f"{PROG}: {lines[0] if not _verbose() else str(exc)}", file=sys.stderr)
@@ -368,11 +380,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
     except Exception as exc:  # a bug: one line, the traceback only when asked for
         if _verbose():
             traceback.print_exc()

@@ -136,12 +136,16 @@ def select(records: list[dict[str, Any]], primitive: str | None, problem: str | 
 
 
 def show(primitive: str | None, problem: str | None, include_system: bool = True) -> tuple[list, list[str]]:
+    """Records of every DB file, read as they are: a damaged file is reported in the notes and
+    left untouched (a read-only command never moves or rewrites a file; ``miopy db check`` says
+    what is wrong and ``miopy db prune`` repairs a user file)."""
     records, notes = [], []
     for path, where in db_files(include_system):
         try:
-            records += read(path, where, repair=True)
+            records += read(path, where)
         except ToolError as exc:
-            notes.append(str(exc))
+            fix = "; left as it is (`miopy db check` says more, `miopy db prune` repairs it)"
+            notes.append(f"{exc}{fix if where == 'user' else ''}")
     return select(records, primitive, problem), notes
 
 

@@ -140,8 +140,14 @@ def test_damaged_files_give_messages(ocl, tool, tmp_path):
     bad.write_bytes(b"garbage, not a database" * 200)
     code, out, err = tool("db", "check")
     assert code == 2 and "damaged" in out
+    before = _digest(bad)
     code, out, err = tool("db", "show")
-    assert code == 0
+    # read-only: reported and left as it is (no repair, no copy moved aside)
+    assert code == 0 and "damaged" in err and "db check" in err
+    assert _digest(bad) == before
+    assert sorted(p.name for p in config.user_db_dir().iterdir()) == [bad.name]
+    code, out, err = tool("db", "export", "-")
+    assert code == 0 and "damaged" in err and _digest(bad) == before
     (tmp_path / "x.json").write_text("{not json")
     code, out, err = tool("db", "import", tmp_path / "x.json")
     assert code == 1 and "neither a miopy DB nor a JSON export" in out

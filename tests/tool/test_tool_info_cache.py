@@ -86,6 +86,35 @@ def test_cache_list_stats_prune_clear(tool, tool_json):
     assert tool_json("cache", "list") == []
 
 
+def test_cache_prune_removes_damaged_binaries(tool, tool_json):
+    """An entry whose binary fails its integrity check (bytes flipped on disk, a size or hash that
+    no longer matches) is reported and removed; intact ones stay, and get() still reads them."""
+    import zlib
+
+    cache = _fill()
+    path = config.cache_dir() / "gfx_test_4.opencl.ukdb"
+    conn = sqlite3.connect(path)
+    blob = bytearray(conn.execute("SELECT kernel_blob FROM kern_db WHERE kernel_name = 'good'").fetchone()[0])
+    blob[len(blob) // 2] ^= 0xFF  # one flipped byte: no longer the compressed binary
+    conn.execute("UPDATE kern_db SET kernel_blob = ? WHERE kernel_name = 'good'", (bytes(blob),))
+    # 'old' decompresses, but to something else than its stored hash says
+    other = zlib.compress(b"old" * 10 + b"!")
+    conn.execute("UPDATE kern_db SET kernel_blob = ? WHERE kernel_name = 'old'", (other,))
+    conn.commit()
+    conn.close()
+    dry = tool_json("cache", "prune", "--dry-run")
+    assert dry["files"][0]["reasons"]["damaged binary"] == 2
+    code, out, _ = tool("cache", "prune")
+    assert code == 0 and "2 damaged binary" in out
+    assert tool_json("cache", "list") == []  # the other two were stale: nothing is left
+    cache = KernelCache("gfx_test_4", "opencl")
+    fresh = KernelKey("activ.cl", "fresh", "", _current_hash("activ.cl"), "pocl x")
+    cache.put(fresh, b"fresh binary")
+    cache.close()
+    assert tool_json("cache", "prune")["files"][0]["removed"] == 0
+    assert KernelCache("gfx_test_4", "opencl").get(fresh) == b"fresh binary"
+
+
 def test_cache_prune_other_versions(tool_json):
     _fill()
     report = tool_json("cache", "prune", "--not-this-version")
@@ -99,6 +128,27 @@ def test_cache_on_a_damaged_file(tool, warned_messages):
         code, out, err = tool(*args)
         assert code == 0, err
     assert any("corrupt" in m for m in warned_messages())
+
+
+def test_info_into_a_closed_pipe_exits_quietly():
+    """``miopy info | head``: the reader is gone before miopy writes (``true`` reads nothing and
+    exits at once, long before Python has started); exit 0, nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        f"{sys.executable} -m miopy info | true; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_bad_duration_is_one_line(tool):
