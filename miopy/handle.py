@@ -122,6 +122,13 @@ class Handle:
                 self._programs[program_key] = kernel
         return kernel
 
+    def use_binary(self, file: str, name: str, options: tuple[str, ...], binary: bytes) -> None:
+        """Load ``binary`` as kernel ``name`` of ``file`` built with ``options``: this handle then
+        runs it without looking in any cache (``miopy kernels build`` launching what it built)."""
+        kernel = self.backend.load(binary, name)
+        with self._lock:
+            self._programs[(file, name, tuple(options))] = kernel
+
     def prepare_invoker(self, solution: Solution) -> bounds.CheckedInvoker:
         """Compile the solution's kernels and build its invoker, cached by (primitive, invoker key
         (the network config with every tensor's strides), solver, config) as MIOpen's invoker

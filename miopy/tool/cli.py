@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--batch", help="built-in sets: batch sizes, comma-separated (default 32,64,128,256)")
     k.add_argument("--dtype", default="fp32", help="built-in sets: fp32, fp16 or bf16")
     k.add_argument("--jobs", type=int, help="parallel compiles (default: the CPU count)")
+    k.add_argument(
+        "--no-launch",
+        action="store_true",
+        help="PoCL: skip launching each solution once to keep the code PoCL generates at a first launch",
+    )
     k.add_argument("-o", "--output", type=Path, default=Path("."), help="folder for <arch>_<cu>.kdb")
     k.add_argument("--json", action="store_true")
     k = kernels.add_parser("install", help="check a .kdb (or a wheel with one) and install it")
@@ -279,7 +284,9 @@ def _kernels(args, out: TextIO) -> int:
 
         ctx = target.target(args.backend, args.arch, args.cu, args.device)
         load = workload.load(args.workload, _batches(args.batch), args.dtype)
-        manifest = kernels.build(ctx, load, args.output, args.jobs)
+        manifest = kernels.build(
+            ctx, load, args.output, args.jobs, device=args.device, launch=not args.no_launch
+        )
         if args.json:
             write_json(manifest, out)
         else:

@@ -24,7 +24,7 @@ from miopy.db.system_files import exact_kdbs, nearest_kdb
 from miopy.engine.candidates import applicable, make_solution
 from miopy.errors import MiopyError
 from miopy.solution import KernelSpec, Solution
-from miopy.tool import wheel
+from miopy.tool import launch_state, wheel
 from miopy.tool.common import ToolError, human_size, progress
 from miopy.tool.target import TargetContext
 from miopy.tool.workload import Workload
@@ -96,10 +96,18 @@ def _write_kdb(path: Path, entries: list[tuple[Any, bytes]], manifest: dict[str,
 
 
 def build(
-    ctx: TargetContext, workload: Workload, out_dir: Path, jobs: int | None = None, err: TextIO | None = None
+    ctx: TargetContext,
+    workload: Workload,
+    out_dir: Path,
+    jobs: int | None = None,
+    err: TextIO | None = None,
+    device: int = 0,
+    launch: bool = True,
 ) -> dict[str, Any]:
     """Compile every kernel the workload needs on the target into ``out_dir/<base>.kdb``; returns
-    the manifest (also written beside it as ``<base>.kdb.json``)."""
+    the manifest (also written beside it as ``<base>.kdb.json``). On PoCL (``launch``) every
+    solution is then launched once on ``device`` and the binaries taken again, so that they hold
+    the code PoCL generates at a first launch (``miopy.tool.launch_state``)."""
     err = err or sys.stderr
     started = time.time()
     found, skipped = solutions(ctx, workload)
@@ -121,8 +129,16 @@ def build(
             return None
 
     workers = max(1, min(jobs or os.cpu_count() or 1, 32, max(1, len(specs))))
+    launched: dict[str, Any] = {}
     with ThreadPoolExecutor(workers) as pool:
-        built = [e for e in progress(pool.map(one, specs), len(specs), "miopy kernels build", "kernel") if e]
+        results = list(progress(pool.map(one, specs), len(specs), "miopy kernels build", "kernel"))
+        keys = {launch_state.spec_key(spec): e[0] for spec, e in zip(specs, results) if e}
+        binaries = {launch_state.spec_key(spec): e[1] for spec, e in zip(specs, results) if e}
+        if launch and binaries and launch_state.applies(ctx):
+            binaries, launched = launch_state.add_launch_code(
+                ctx, found, specs, binaries, device, pool.map, err
+            )
+    built = [(keys[k], binaries[k]) for k in keys]
     for line in failed:
         print(f"failed to build: {line}", file=err)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +161,7 @@ def build(
         "binary_bytes": sum(len(b) for _, b in built),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 1),
-    }
+    } | launched
     _write_kdb(path, built, manifest)
     manifest["file"] = path.name
     manifest["size"] = path.stat().st_size

@@ -226,3 +226,99 @@ def test_builtin_workloads_at_a_smaller_image():
     assert "-W 1x2048x2x2" in last_pool and "-y 2 -x 2" in last_pool
     with pytest.raises(ToolError, match="multiple of 32"):
         workload.load("resnet50@48")
+
+
+LAUNCH = """
+import json, sys
+import numpy as np
+import miopy
+from miopy.engine.find import get_solutions
+from miopy.reference import activ, conv
+from miopy.tool import workload
+h = miopy.Handle("opencl")
+rng = np.random.default_rng(0)
+errors = []
+for p in workload.load(sys.argv[1]).problems:
+    s = get_solutions(h, p)[0]
+    host = {r: rng.standard_normal(d.nbytes // 4).astype(np.float32) for r, d in p.tensors().items()}
+    bufs = {r: h.backend.upload(a) for r, a in host.items()}
+    h.run_solution(s, bufs)
+    (role, want), = (conv if p.primitive == "conv" else activ).reference(p, host).items()
+    got = np.empty_like(host[role])
+    h.backend.download(bufs[role], got)
+    errors.append(float(np.max(np.abs(got.reshape(want.shape) - want))))
+print(json.dumps({"misses": h.kernel_cache.misses, "errors": errors}))
+"""
+
+
+def _binaries(kdb: Path) -> list[bytes]:
+    import sqlite3
+
+    from miopy.db.kernel_cache import unpack
+
+    conn = sqlite3.connect(kdb)
+    try:
+        rows = conn.execute("SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db").fetchall()
+    finally:
+        conn.close()
+    return [unpack(*row) for row in rows]
+
+
+def _generated_by_pocl(pocl_cache: Path, binaries: list[bytes]) -> list[str]:
+    """Work-group functions in PoCL's cache (``<kernel>/<local size...>/<kernel>.so``) that no
+    package binary carries: PoCL generated them at a launch."""
+    found = []
+    for so in pocl_cache.rglob("*.so"):
+        tail = "/" + "/".join(so.parts[-3:])  # how a PoCL binary names the file
+        if so.parent.name != "0-0-0" and not any(tail.encode() in b for b in binaries):
+            found.append(tail)
+    return found
+
+
+def test_pocl_package_carries_the_code_of_first_launches(ocl, run_module, tmp_path):
+    """PoCL generates a work-group function at a kernel's first launch with a local size; the
+    package built with launches carries them, so a fresh process with an empty PoCL cache
+    generates none (and computes the reference results); one built with --no-launch does not.
+    Each build and run is a process of its own with an empty PoCL cache (a warm one would lend
+    its work-group functions to any binary taken from it)."""
+    if not kernels.launch_state.applies(ocl):
+        pytest.skip("not PoCL")
+    work = tmp_path / "w.txt"
+    work.write_text(WORKLOAD)
+    name = f"{ocl.db_basename}.kdb"
+    for folder, flags in (("launched", ()), ("plain", ("--no-launch",))):
+        done = run_module(
+            "kernels",
+            "build",
+            work,
+            "--backend",
+            "opencl",
+            "-o",
+            tmp_path / folder,
+            "--json",
+            *flags,
+            POCL_CACHE_DIR=str(tmp_path / f"pocl-build-{folder}"),
+        )
+        assert done.returncode == 0, done.stderr
+        manifest = json.loads(done.stdout)
+        if flags:
+            assert "launched_solutions" not in manifest
+        else:
+            assert manifest["launch_failed"] == 0 and manifest["launched_solutions"] >= 2
+            assert manifest["binaries_after_launches"] == manifest["kernels"]
+    for folder, generated in (("launched", False), ("plain", True)):
+        pocl = tmp_path / f"pocl-run-{folder}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "MIOPY_KDB_PATH": str(tmp_path / folder),
+            "POCL_CACHE_DIR": str(pocl),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", LAUNCH, str(work)], capture_output=True, text=True, timeout=600, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout.splitlines()[-1])
+        assert result["misses"] == 0 and max(result["errors"]) < 1e-3
+        made = _generated_by_pocl(pocl, _binaries(tmp_path / folder / name))
+        assert bool(made) == generated, (folder, made)
