@@ -12,13 +12,15 @@ from miopy.errors import BadParm
 from miopy.solution import Call, Gemm, InvokeArgs, KernelSpec, Launch, Program, Scalar, Tensor, Workspace
 
 
-def _resolve(arg: Any, args: InvokeArgs) -> Any:
+def _resolve(arg: Any, args: InvokeArgs, backend: Any = None) -> Any:
     if isinstance(arg, Tensor):
         try:
             return args.tensors[arg.role]
         except KeyError:
             raise BadParm(f"tensors: missing {arg.role!r}, which the solution uses") from None
     if isinstance(arg, Workspace):
+        if arg.offset:
+            return backend.buffer_at(args.workspace, arg.offset)
         return args.workspace
     if isinstance(arg, Scalar):
         value = args.scalars.get(arg.name, arg.default)
@@ -87,7 +89,7 @@ class ProgramInvoker:
                 continue
             call_args = list(what)
             for i in slots:
-                call_args[i] = _resolve(what[i], args)
+                call_args[i] = _resolve(what[i], args, backend)
             if isinstance(kernel, str):  # a Call: the backend method's name
                 getattr(backend, kernel)(*call_args)
             elif shared_mem:

@@ -62,7 +62,11 @@ class Tensor:
 @dataclass(frozen=True)
 class Workspace:
     """The solution's workspace buffer (offsets into it are plain arguments beside it: OpenCL
-    sub-buffers must be aligned, so kernels take element offsets)."""
+    sub-buffers must be aligned, so kernels take element offsets). A non-zero ``offset`` (bytes)
+    passes the buffer from there on instead (``Backend.buffer_at``; CUDA only), so that a kernel
+    written for whole tensors can read or write one part of the workspace."""
+
+    offset: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from miopy.errors import bad
+
 KERNEL_ROOT = Path(__file__).resolve().parent.parent / "kernels"
 
 
@@ -99,6 +101,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def nbytes(self, buffer: Any) -> int:
         """Size of a buffer (native or wrapped) in bytes."""
+
+    def buffer_at(self, buffer: Any, offset: int) -> Any:
+        """``buffer`` from ``offset`` bytes on, as a kernel argument (a Workspace with an offset).
+        Backends without plain device pointers refuse."""
+        raise bad("offset", offset, f"the {self.name} backend passes no buffer at an offset")
 
     # ---- kernels ------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -539,6 +539,16 @@ class Backend(BackendBase):
             return int(buffer.mem.size) - (int(buffer.ptr) - int(buffer.mem.ptr))
         raise bad("buffer", type(buffer).__name__, "not a buffer of the cuda backend (alloc, upload or wrap)")
 
+    def buffer_at(self, buffer: Any, offset: int) -> Any:
+        """A MemoryPointer ``offset`` bytes into ``buffer`` (checked against its size)."""
+        offset = int(offset)
+        if buffer is None or not 0 <= offset < self.nbytes(buffer):
+            have = None if buffer is None else self.nbytes(buffer)
+            raise bad("workspace", have, f"has no byte {offset} (a step reads the workspace from there)")
+        cp = self._cp
+        base = buffer.data if isinstance(buffer, cp.ndarray) else buffer
+        return base + offset
+
     # ---- kernels ------------------------------------------------------------------------------
     def build(self, source: str, filename: str, options: list[str]) -> bytes:
         return _compile(source, filename, list(options), self.target)

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 # What an invoker may read from the backend without doing anything.
-_PURE = frozenset({"name", "info", "nbytes", "has_vendor_gemm", "kernel_dir", "kernel_ext", "device_id"})
+_PURE = frozenset(
+    {"name", "info", "nbytes", "has_vendor_gemm", "kernel_dir", "kernel_ext", "device_id", "buffer_at"}
+)
 
 
 class Recorder:

@@ -21,6 +21,9 @@ from miopy.solvers.conv.gemm_lt import GemmLtBwd1x1, GemmLtFwd1x1, GemmLtWrw1x1
 from miopy.solvers.conv.gemm_lt_wrw import GemmLtWrw1x1Nchw
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
+from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
+from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
+from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
@@ -41,12 +44,15 @@ SOLVERS: dict[str, list[Solver]] = {
         GemmLtWrw1x1Nchw(),
         GemmFwd1x1_0_1(),
         ConvIgemmFwdNhwc(),
+        ConvIgemmPadFwdNhwc(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
         ConvIgemmBwdNhwc(),
+        ConvIgemmPadBwdNhwc(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
         ConvIgemmWrwNhwc(),
+        ConvIgemmPadWrwNhwc(),
         GemmWrwUniversal(),
         ConvDirectTiledFwd(),
         ConvDirectNaiveFwd(),

@@ -1,0 +1,169 @@
+"""What the channel-padding implicit-GEMM solvers share (implicit_gemm_pad.py forward,
+implicit_gemm_pad_bwd.py backward data, implicit_gemm_pad_wrw.py backward weights).
+
+The tensor-core kernels (igemm_fwd.cu, igemm_bwd.cu, igemm_wrw.cu) move 8 channels per 16-byte
+copy, so they need C and K to be multiples of 8. A problem whose C or K is not (the first layer
+of an image network has C = 3) runs them on a padded problem instead: C and K rounded up to the
+next multiple of 8, the padding zeros. Each read tensor whose shape changes is copied into the
+workspace with zero channels (kernels/cuda/channel_pad.cu, one pass), the GEMM runs on the padded
+tensors, and a written tensor whose shape changes is computed into the workspace and cut back to
+its real channels by the same kernel. Zero channels of x or dy add nothing to a sum, and the
+extra channels of a padded result are dropped, so the answer is exact up to the GEMM's rounding.
+
+Workspace: the padded copies, 256-byte aligned, then the GEMM's split-K partials (if any).
+The config is the inner solver's, validated and defaulted on the padded problem."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from miopy.errors import bad
+from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
+from miopy.solvers.base import TunableSolver
+from miopy.solvers.conv.common import grid_for
+from miopy.solvers.conv.igemm_common import IgemmSolver, is_nhwc, nhwc_tensor_core_reason
+from miopy.tensor import DataType, TensorDesc
+
+ALIGN = 256  # bytes between the workspace's parts
+CHANNEL_STEP = 8  # the kernels' channels per 16-byte copy
+
+
+def round_up(value: int, step: int = CHANNEL_STEP) -> int:
+    return -(-value // step) * step
+
+
+def padded_problem(problem: ConvProblem) -> ConvProblem:
+    """The same convolution with C and K rounded up to multiples of 8, packed NHWC."""
+    n, c, h, w = problem.x.lens
+    k, _, r, s = problem.w.lens
+    dt = problem.dtype
+    x = TensorDesc(dt, (n, round_up(c), h, w), layout="NHWC")
+    wd = TensorDesc(dt, (round_up(k), round_up(c), r, s), layout="NHWC")
+    conv = ConvDesc(problem.pads, problem.conv.strides, problem.conv.dilations)
+    return ConvProblem.create(x, wd, conv, problem.direction, y_layout="NHWC")
+
+
+def padding_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+    """Why the padded solvers cannot take ``problem`` (None when they can): as the tensor-core
+    solvers (CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC, under 2^31 elements padded), and
+    C or K must not be a multiple of 8 (those problems run unpadded)."""
+    backend = getattr(ctx, "backend_name", None)
+    if backend != "cuda":
+        return f"backend is {backend}, not cuda"
+    if problem.direction is not direction:
+        return f"direction is {problem.direction.name}"
+    if problem.spatial_dims != 2:
+        return "3-d convolution"
+    if problem.conv.groups != 1:
+        return f"groups={problem.conv.groups}"
+    c, k = problem.x.lens[1], problem.w.lens[0]
+    if c % CHANNEL_STEP == 0 and k % CHANNEL_STEP == 0:
+        return f"C={c} and K={k} are multiples of 8: nothing to pad"
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        if not is_nhwc(desc):
+            return f"{role} is not packed NHWC"
+    return nhwc_tensor_core_reason(ctx, padded_problem(problem), direction)
+
+
+def role_geometry(problem: ConvProblem, role: str) -> tuple[int, int, int]:
+    """(rows, middle, channels) of a role's tensor seen as rows x middle x channels, where
+    padding adds channels and (for the filter) rows: x N*H*W x 1 x C, w K x R*S x C,
+    y N*P*Q x 1 x K."""
+    if role == "w":
+        k, c, r, s = problem.w.lens
+        return k, r * s, c
+    desc = problem.x if role == "x" else problem.y
+    n, ch, h, w = desc.lens
+    return n * h * w, 1, ch
+
+
+def pad_launch(dtype: DataType, src: Any, dst: Any, src_geom: tuple, dst_geom: tuple) -> Launch:
+    """kernels/cuda/channel_pad.cu: ``dst`` (rows x mid x channels of ``dst_geom``) from ``src``
+    (``src_geom``, the same middle), zero-filled where ``src`` has no rows or channels."""
+    rows_src, mid, c_src = src_geom
+    rows_dst, mid_dst, c_dst = dst_geom
+    if mid != mid_dst:
+        raise bad("dst_geom", dst_geom, f"middle extent differs from the source's {mid}")
+    full = 16 // dtype.itemsize
+    vec = full if c_dst % full == 0 else 1
+    defines = {"MIOPY_DTYPE": dtype.code, "CP_MID": mid, "CP_C_SRC": c_src, "CP_C_DST": c_dst, "CP_VEC": vec}
+    global_size, local_size = grid_for(rows_dst * mid * c_dst // vec)
+    spec = KernelSpec("channel_pad", "pad_channels", defines, global_size, local_size)
+    return Launch(spec, (src, dst, np.int64(rows_dst), np.int64(rows_src)))
+
+
+class _Parts:
+    """Hands out 256-byte aligned parts of the workspace."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def take(self, nbytes: int) -> Workspace:
+        offset = self.size
+        self.size += round_up(nbytes, ALIGN)
+        return Workspace(offset)
+
+
+class PaddedIgemmSolver(TunableSolver):
+    """A tensor-core implicit-GEMM solver (``inner``) on the channel-padded problem, with the
+    padding and unpadding copies around it. Subclasses name the inner solver, their name and
+    id, and may choose their own default config."""
+
+    primitive = "conv"
+    algorithm = "implicit_gemm"
+    inner: ClassVar[IgemmSolver]
+
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        return padding_reason(ctx, problem, self.inner.direction)
+
+    # ---- configs: the inner solver's, on the padded problem ---------------------------------------
+    def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
+        return self.inner.is_valid_config(ctx, padded_problem(problem), config)
+
+    def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
+        return self.inner.default_config(ctx, padded_problem(problem))
+
+    def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
+        return self.inner.search_space(ctx, padded_problem(problem))
+
+    # ---- program ---------------------------------------------------------------------------------
+    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
+        return self.get_program(ctx, problem, config).workspace
+
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
+        padded = padded_problem(problem)
+        if config is None:
+            config = self.default_config(ctx, problem)
+        elif not self.is_valid_config(ctx, problem, config):
+            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        inner = self.inner
+        dtype = problem.dtype
+        parts = _Parts()
+        steps: list[Launch] = []
+        operands: dict[str, Any] = {}
+        for role in (*inner.reads, inner.writes):
+            real, wide = role_geometry(problem, role), role_geometry(padded, role)
+            if real == wide:
+                operands[role] = Tensor(role)
+                continue
+            operands[role] = parts.take(wide[0] * wide[1] * wide[2] * dtype.itemsize)
+            if role != inner.writes:
+                steps.append(pad_launch(dtype, Tensor(role), operands[role], real, wide))
+        specs = inner.kernel_specs(padded, config)
+        split = config["split_k"] > 1
+        partials = parts.take(inner.workspace_bytes(padded, config)) if split else None
+        a, b = inner.reads
+        out = operands[inner.writes]
+        steps.append(
+            Launch(specs[0], (operands[a], operands[b], out, partials), shared_mem=inner.smem_bytes(config))
+        )
+        if split:
+            steps.append(Launch(specs[1], (partials, out)))
+        if out != Tensor(inner.writes):
+            real, wide = role_geometry(problem, inner.writes), role_geometry(padded, inner.writes)
+            steps.append(pad_launch(dtype, out, Tensor(inner.writes), wide, real))
+        return Program(tuple(steps), workspace=parts.size)
