@@ -87,6 +87,27 @@ def test_softmax_is_safe_for_large_inputs(ocl):
         run_all(ocl, p, sref, 1e-5, buffers=bufs)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_softmax_rows_cpu_kernels(ocl, dtype):
+    """PoCL's rows kernels (softmax_*_rows_cpu: float8 runs and a scalar tail, y holding the exps
+    between passes): every algorithm, both directions, with and without beta, rows of 5, 16 and
+    130 elements in channel and instance mode, and a large range."""
+    rng = np.random.default_rng(12)
+    for i, (lens, mode) in enumerate(
+        [((7, 5, 1, 1), "channel"), ((3, 16, 1, 1), "channel"), ((2, 13, 2, 5), "instance")]
+    ):
+        d = TensorDesc(dtype, lens)
+        for direction in ("F", "B"):
+            for algo in ("fast", "accurate", "log"):
+                beta = 0.5 if (i + len(algo)) % 2 else 0.0
+                p = SoftmaxProblem.create(d, direction, algo, mode, 1.5, beta)
+                ran = run_all(ocl, p, sref, BASE[p.dtype] * 2, rng=rng)
+                assert "SoftmaxRows" in ran
+    p = SoftmaxProblem.create(TensorDesc(dtype, (3, 37, 1, 1)), "F", "accurate", "channel")
+    bufs = random_buffers(p, rng, -1e3, 1e3)
+    run_all(ocl, p, sref, BASE[p.dtype] * 2, buffers=bufs)
+
+
 def _reduce_problem(rng) -> ReduceProblem:
     dtype = str(rng.choice(["fp32", "fp16", "bf16", "fp64"]))
     lens = tuple(int(v) for v in rng.integers(1, 6, 4))

@@ -336,3 +336,111 @@ KERNEL void softmax_bwd_strided(const GLOBAL data_t* RESTRICT y, const GLOBAL da
         }
     }
 }
+
+/* *_rows_cpu: the rows kernels for CPU OpenCL devices (PoCL): one work item per contiguous row,
+   float8 vectors along it (common/cpu_vec.h) and a scalar tail; the row is read from cache after
+   the first pass. Same arguments as *_rows less vec_ok. */
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+#include "common/cpu_vec.h"
+
+KERNEL void softmax_fwd_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 rows, int L,
+                                 int log_mode, float alpha, float beta, int read_y)
+{
+    const i64 row = GLOBAL_ID0;
+    if(row >= rows)
+        return;
+    const i64 base = row * L;
+    const int L8 = L & ~7;
+    float8 m8 = (float8)(SMAX_NEG_INF);
+    for(int c = 0; c < L8; c += 8)
+        m8 = fmax(m8, load_f8(x, base + c));
+    float m = hmax8(m8);
+    for(int c = L8; c < L; ++c)
+        m = fmax(m, LOAD(x, base + c));
+    /* plain softmax written alone: y keeps exp(x - max) from the sum's pass, then is scaled
+       (one exp per element); else the exps are computed again */
+    const int keep = !log_mode && !read_y;
+    float8 s8 = (float8)(0.0f);
+    for(int c = 0; c < L8; c += 8)
+    {
+        const float8 e = exp(load_f8(x, base + c) - m);
+        s8 += e;
+        if(keep)
+            store_f8(y, base + c, e);
+    }
+    float s = hsum8(s8);
+    for(int c = L8; c < L; ++c)
+    {
+        const float e = exp(LOAD(x, base + c) - m);
+        s += e;
+        if(keep)
+            STORE(y, base + c, e);
+    }
+    const float inv = 1.0f / s, lg = m + log(s);
+    if(keep)
+    {
+#if MIOPY_DTYPE == 0
+        const float scale = alpha * inv;
+        for(int c = 0; c < L8; c += 8)
+            store_f8(y, base + c, load_f8(y, base + c) * scale);
+        for(int c = L8; c < L; ++c)
+            STORE(y, base + c, LOAD(y, base + c) * scale);
+#else /* y would hold exp rounded to fp16 / bf16: compute it again */
+        for(int c = 0; c < L8; c += 8)
+            store_f8(y, base + c, alpha * (exp(load_f8(x, base + c) - m) * inv));
+        for(int c = L8; c < L; ++c)
+            STORE(y, base + c, alpha * (exp(LOAD(x, base + c) - m) * inv));
+#endif
+        return;
+    }
+    for(int c = 0; c < L8; c += 8)
+    {
+        const float8 v = load_f8(x, base + c);
+        float8 r = log_mode ? v - lg : exp(v - m) * inv;
+        r = read_y ? alpha * r + beta * load_f8(y, base + c) : alpha * r;
+        store_f8(y, base + c, r);
+    }
+    for(int c = L8; c < L; ++c)
+    {
+        const float v = LOAD(x, base + c);
+        const float r = log_mode ? v - lg : exp(v - m) * inv;
+        STORE(y, base + c, read_y ? alpha * r + beta * LOAD(y, base + c) : alpha * r);
+    }
+}
+
+KERNEL void softmax_bwd_rows_cpu(const GLOBAL data_t* RESTRICT y, const GLOBAL data_t* RESTRICT dy,
+                                 GLOBAL data_t* RESTRICT dx, i64 rows, int L, int log_mode, float alpha, float beta,
+                                 int read_dx)
+{
+    const i64 row = GLOBAL_ID0;
+    if(row >= rows)
+        return;
+    const i64 base = row * L;
+    const int L8 = L & ~7;
+    float8 d8 = (float8)(0.0f);
+    for(int c = 0; c < L8; c += 8)
+    {
+        const float8 g = load_f8(dy, base + c);
+        d8 += log_mode ? g : load_f8(y, base + c) * g;
+    }
+    float dot = hsum8(d8);
+    for(int c = L8; c < L; ++c)
+    {
+        const float g = LOAD(dy, base + c);
+        dot += log_mode ? g : LOAD(y, base + c) * g;
+    }
+    for(int c = 0; c < L8; c += 8)
+    {
+        const float8 yv = load_f8(y, base + c), g = load_f8(dy, base + c);
+        float8 r = log_mode ? g - exp(yv) * dot : yv * (g - dot);
+        r = read_dx ? alpha * r + beta * load_f8(dx, base + c) : alpha * r;
+        store_f8(dx, base + c, r);
+    }
+    for(int c = L8; c < L; ++c)
+    {
+        const float yv = LOAD(y, base + c), g = LOAD(dy, base + c);
+        const float r = log_mode ? g - exp(yv) * dot : yv * (g - dot);
+        STORE(dx, base + c, read_dx ? alpha * r + beta * LOAD(dx, base + c) : alpha * r);
+    }
+}
+#endif

@@ -11,7 +11,7 @@ from miopy.problem.passes import Pass
 from miopy.problem.softmax import SoftmaxAlgorithm, SoftmaxMode, SoftmaxProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import MAX_GROUPS, grid_1d
+from miopy.solvers.launch import MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d
 
 GROUP = 256  # SMAX_GROUP
 MAX_CACHED = 8  # chunks of 16 bytes a thread keeps in registers
@@ -69,6 +69,15 @@ class SoftmaxRows(_Softmax):
 
     def get_program(self, ctx, problem: SoftmaxProblem, config=None) -> Program:
         rows, length = rows_shape(problem)
+        if cpu_kernels(ctx) and problem.dtype.itemsize < 8:
+            spec = KernelSpec(
+                "softmax",
+                self._kernel(problem, "rows_cpu"),
+                {"MIOPY_DTYPE": problem.dtype.code},
+                *cpu_grid(rows),
+            )
+            args = (*(Tensor(r) for r in _roles(problem)), np.int64(rows), np.int32(length), *_tail(problem))
+            return Program((Launch(spec, args),))
         vec = 16 // problem.dtype.itemsize
         chunks = -(-length // vec)
         team = min(GROUP, max(4, 1 << max(0, math.ceil(math.log2(max(1, -(-chunks // 4)))))))

@@ -1,0 +1,70 @@
+/* OpenCL CPU devices (PoCL): eight elements at a time in explicit float8 vectors.
+
+   PoCL vectorises a kernel across work items only when the body has no inner loop and the
+   compiler does not first pack scalar work into short vectors of its own (two fp16 loads of one
+   element each already stop it); kernels that walk a row, a window or a column in an inner loop
+   run scalar. Kernels for the CPU therefore give each work item a run of elements and compute on
+   float8 values, whose math builtins (exp, log2, exp2, fmax...) PoCL vectorises.
+   load_f8/store_f8 convert the stored type (fp32, fp16, bf16) to and from float8; offsets need
+   element alignment only. Not for fp64 data (MIOPY_DTYPE 3). */
+#ifndef MIOPY_CPU_VEC_H
+#define MIOPY_CPU_VEC_H
+#include "common/miopy_types.h"
+
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+DEVICE_FN float8 load_f8(const GLOBAL data_t* p, i64 off)
+{
+#if MIOPY_DTYPE == 0
+    return vload8(0, p + off);
+#elif MIOPY_DTYPE == 1 /* PoCL's vload_half8 faults on addresses not 16-byte aligned */
+    const uint8 u = convert_uint8(vload8(0, (const GLOBAL ushort*)(p + off)));
+    const uint8 em = u & 0x7fffu, sign = (u & 0x8000u) << 16;
+    const uint8 normal = (em << 13) + 0x38000000u;                 /* rebias 15 -> 127 */
+    const uint8 subnormal = as_uint8(convert_float8(em) * 0x1.0p-24f); /* exact */
+    const uint8 special = (em << 13) | 0x7f800000u;                /* inf, NaN */
+    uint8 r = select(normal, subnormal, as_uint8(em < 0x400u));
+    r = select(r, special, as_uint8(em >= 0x7c00u));
+    return as_float8(r | sign);
+#else
+    return as_float8(convert_uint8(vload8(0, p + off)) << 16);
+#endif
+}
+
+DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
+{
+#if MIOPY_DTYPE == 0
+    vstore8(v, 0, p + off);
+#elif MIOPY_DTYPE == 1 /* round to nearest even, as vstore_half_rte (see load_f8) */
+    const uint8 u = as_uint8(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    /* below 2^-14: adding 0.5 leaves the subnormal's mantissa, rounded, in the low bits */
+    const uint8 subnormal = as_uint8(as_float8(a) + 0.5f) - 0x3f000000u;
+    const uint8 normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13; /* rebias, round */
+    uint8 r = select(normal, subnormal, as_uint8(a < 0x38800000u));
+    r = select(r, (uint8)0x7c00u, as_uint8(a >= 0x477ff000u)); /* overflow to inf */
+    r = select(r, (uint8)0x7e00u, as_uint8(a > 0x7f800000u));  /* NaN */
+    vstore8(convert_ushort8(r | sign), 0, (GLOBAL ushort*)(p + off));
+#else
+    const uint8 u = as_uint8(v);
+    const uint8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint8 nan = (uint8)0x7fc0u;
+    const int8 is_nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0u);
+    vstore8(convert_ushort8(select(rounded, nan, as_uint8(is_nan))), 0, p + off);
+#endif
+}
+
+DEVICE_FN float hmax8(float8 v)
+{
+    const float4 a = fmax(v.lo, v.hi);
+    const float2 b = fmax(a.lo, a.hi);
+    return fmax(b.x, b.y);
+}
+
+DEVICE_FN float hsum8(float8 v)
+{
+    const float4 a = v.lo + v.hi;
+    const float2 b = a.lo + a.hi;
+    return b.x + b.y;
+}
+#endif
+
+#endif
