@@ -14,7 +14,7 @@ from miopy.reference import reduce as rref
 from miopy.reference import softmax as sref
 from miopy.reference.common import store_logical
 from miopy.reference.tolerance import BASE, reduce_tolerance
-from miopy.tensor import DataType, TensorDesc
+from miopy.tensor import DataType, TensorDesc, from_storage
 
 
 def test_keys_round_trip():
@@ -192,6 +192,48 @@ def test_reduce_columns_merges_row_chunks(ocl, monkeypatch, op, idx):
     if idx:
         np.testing.assert_array_equal(bufs["indices"], want["indices"].ravel())
         assert want["indices"].ravel()[1] == 0  # channel 1: (n=0, h=0, w=0) before (2, 1, 3)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_reduce_cpu_kernels_ties_nans_and_infs(ocl, dtype):
+    """PoCL's float8 kernels: reduce_cols_partial_cpu (per-channel reductions of NHWC, 16
+    channels, row chunks merged) and reduce_rows_cpu (runs of 8k + 5 elements): ties keep the
+    first position, NaNs propagate or are skipped, infs stay in compensated sums."""
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers import by_name
+
+    rng = np.random.default_rng(8)
+    cases = [("ReduceColumns", (0, 2, 3), 16), ("ReduceRows", (1,), 21)]
+    for solver, dims, channels in cases:
+        x = TensorDesc(dtype, (5, channels, 3, 7), layout="NHWC")
+        for op, idx, nanprop in [
+            ("max", True, True),
+            ("min", True, False),
+            ("amax", True, False),
+            ("add", False, False),
+            ("norm2", False, False),
+            ("mul", False, False),
+        ]:
+            values = rng.uniform(0.9, 1.1, x.lens) if op == "mul" else rng.uniform(-1, 1, x.lens)
+            values[3, 2, 1, 4] = values[1, 2, 0, 2] = values[1, 6, 0, 2] = 3.0  # ties
+            values[4, 2, 2, 5] = -3.0
+            values[2, 5, 1, 1] = values[4, 5, 0, 0] = values[0, 9, 2, 6] = np.nan
+            values[1, 11, :, 3] = np.inf
+            p = ReduceProblem(op, x, dims, idx, nanprop, 1.0, 0.0)
+            bufs = random_buffers(p, rng)
+            bufs["x"] = store_logical(values, x)
+            want = rref.reference(p, bufs)
+            got = {r: b.copy() for r, b in bufs.items()}
+            make_solution(ocl, p, by_name(solver, "reduce")).run(ocl, got)
+            w = want["y"].ravel().astype(np.float64)
+            g = from_storage(got["y"], p.y.dtype).astype(np.float64)
+            finite = np.isfinite(w)
+            np.testing.assert_array_equal(g[~finite], w[~finite], f"{solver} {op}")  # NaN, inf
+            scale = np.abs(w[finite]).max()
+            atol = reduce_tolerance(p) * 4 * scale
+            np.testing.assert_allclose(g[finite], w[finite], atol=atol, err_msg=f"{solver} {op}")
+            if idx:
+                np.testing.assert_array_equal(got["indices"], want["indices"].ravel(), f"{solver} {op}")
 
 
 def test_reduce_long_sum_uses_the_length_rule(ocl):

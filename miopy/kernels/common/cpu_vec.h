@@ -17,11 +17,14 @@ DEVICE_FN float8 load_f8(const GLOBAL data_t* p, i64 off)
 #if MIOPY_DTYPE == 0
     return vload8(0, p + off);
 #elif MIOPY_DTYPE == 1 /* PoCL's vload_half8 faults on addresses not 16-byte aligned */
+    if((((ulong)(p + off)) & 15) == 0)
+        return vload_half8(0, p + off);
     const uint8 u = convert_uint8(vload8(0, (const GLOBAL ushort*)(p + off)));
     const uint8 em = u & 0x7fffu, sign = (u & 0x8000u) << 16;
-    const uint8 normal = (em << 13) + 0x38000000u;                 /* rebias 15 -> 127 */
-    const uint8 subnormal = as_uint8(convert_float8(em) * 0x1.0p-24f); /* exact */
-    const uint8 special = (em << 13) | 0x7f800000u;                /* inf, NaN */
+    const uint8 normal = (em << 13) + 0x38000000u; /* rebias 15 -> 127 */
+    /* subnormal m * 2^-24 as (1 + m / 1024) * 2^-14 - 2^-14, exact */
+    const uint8 subnormal = as_uint8(as_float8(normal + 0x00800000u) - 0x1.0p-14f);
+    const uint8 special = (em << 13) | 0x7f800000u; /* inf, NaN */
     uint8 r = select(normal, subnormal, as_uint8(em < 0x400u));
     r = select(r, special, as_uint8(em >= 0x7c00u));
     return as_float8(r | sign);
@@ -34,7 +37,12 @@ DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
 {
 #if MIOPY_DTYPE == 0
     vstore8(v, 0, p + off);
-#elif MIOPY_DTYPE == 1 /* round to nearest even, as vstore_half_rte (see load_f8) */
+#elif MIOPY_DTYPE == 1 /* round to nearest even, as vstore_half_rte (alignment: see load_f8) */
+    if((((ulong)(p + off)) & 15) == 0)
+    {
+        vstore_half8_rte(v, 0, p + off);
+        return;
+    }
     const uint8 u = as_uint8(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     /* below 2^-14: adding 0.5 leaves the subnormal's mantissa, rounded, in the low bits */
     const uint8 subnormal = as_uint8(as_float8(a) + 0.5f) - 0x3f000000u;
@@ -42,7 +50,11 @@ DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
     uint8 r = select(normal, subnormal, as_uint8(a < 0x38800000u));
     r = select(r, (uint8)0x7c00u, as_uint8(a >= 0x477ff000u)); /* overflow to inf */
     r = select(r, (uint8)0x7e00u, as_uint8(a > 0x7f800000u));  /* NaN */
-    vstore8(convert_ushort8(r | sign), 0, (GLOBAL ushort*)(p + off));
+    r |= sign;
+    /* element casts: PoCL's convert_ushort8 is slow */
+    vstore8((ushort8)((ushort)r.s0, (ushort)r.s1, (ushort)r.s2, (ushort)r.s3, (ushort)r.s4, (ushort)r.s5,
+                      (ushort)r.s6, (ushort)r.s7),
+            0, (GLOBAL ushort*)(p + off));
 #else
     const uint8 u = as_uint8(v);
     const uint8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;

@@ -298,3 +298,139 @@ KERNEL void reduce_cols_final(const GLOBAL acc_t* RESTRICT pv, const GLOBAL int*
         red_finish(y, idx, k, acc, ai == none ? -1 : ai, op, R, alpha, beta, read_y, want_idx);
     }
 }
+
+/* reduce_cols_partial_cpu: reduce_cols_partial for CPU OpenCL devices (PoCL), K a multiple of 8.
+   Work item s folds rows [s * chunk, (s + 1) * chunk) whole, row after row (x read in order),
+   keeping its K running values in its own slice of the workspace (pv; the positions, or the
+   compensations of additive ops, at pi): float8 vectors throughout (common/cpu_vec.h), the
+   slices stay in cache. Same partials and ties as reduce_cols_partial. */
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+#include "common/cpu_vec.h"
+
+KERNEL void reduce_cols_partial_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL float* RESTRICT pv,
+                                    GLOBAL int* RESTRICT pi, i64 pi_off, i64 R, i64 K, i64 chunk, int op,
+                                    int nanprop)
+{
+    const i64 S = (R + chunk - 1) / chunk;
+    const i64 s = GLOBAL_ID0;
+    if(s >= S)
+        return;
+    const i64 r0 = s * chunk, r1 = r0 + chunk < R ? r0 + chunk : R;
+    GLOBAL float* acc = pv + s * K;
+    GLOBAL int* aux = pi + pi_off + s * K; /* positions; compensations (as bits) when additive */
+    const int additive = red_additive(op);
+    const float8 init = (float8)(op == 1 ? 1.0f : op == 2 ? INFINITY : op >= 3 && op <= 4 ? -INFINITY : 0.0f);
+    for(i64 k = 0; k < K; k += 8)
+    {
+        vstore8(init, 0, acc + k);
+        vstore8(additive ? (int8)(0) : (int8)(-1), 0, aux + k);
+    }
+    for(i64 r = r0; r < r1; ++r)
+    {
+        const GLOBAL data_t* row = x + r * K;
+        if(additive)
+            for(i64 k = 0; k < K; k += 8)
+            {
+                const float8 v = load_f8(row, k);
+                const float8 term = op == 6 ? fabs(v) : op == 7 ? v * v : v;
+                const float8 a = vload8(0, acc + k), comp = as_float8(vload8(0, aux + k));
+                const float8 yk = term - comp;
+                const float8 t = a + yk;
+                const float8 c = (t - a) - yk;
+                vstore8(t, 0, acc + k);
+                /* the compensation is dropped once the sum is inf or NaN */
+                vstore8(as_int8(select((float8)(0.0f), c, (t - t) == 0.0f)), 0, aux + k);
+            }
+        else if(op == 1)
+            for(i64 k = 0; k < K; k += 8)
+                vstore8(vload8(0, acc + k) * load_f8(row, k), 0, acc + k);
+        else
+            for(i64 k = 0; k < K; k += 8)
+            {
+                float8 v = load_f8(row, k);
+                v = op == 4 ? fabs(v) : v;
+                const float8 a = vload8(0, acc + k);
+                const int8 ai = vload8(0, aux + k);
+                const int8 open = (op == 2 ? v < a : v > a) | (ai < 0);
+                /* with NaN propagation the first NaN wins and stays; without, NaNs are skipped */
+                const int8 take = nanprop ? ~isnan(a) & (isnan(v) | open) : ~isnan(v) & open;
+                vstore8(select(a, v, take), 0, acc + k);
+                vstore8(select(ai, (int8)((int)r), take), 0, aux + k);
+            }
+    }
+    if(additive) /* the final pass reads no positions for additive ops; clear them all the same */
+        for(i64 k = 0; k < K; k += 8)
+            vstore8((int8)(-1), 0, aux + k);
+}
+
+/* reduce_rows_cpu: reduce_rows for CPU OpenCL devices (PoCL): one work item per output, its run
+   of L elements in float8 vectors and a scalar tail. Additive ops sum blocks of 64 elements in a
+   vector and add each block with compensation; compares keep a value and a position per lane,
+   merged at the end by red_merge (the lowest position wins ties, NaN rules as red_step). */
+#define RED_CPU_BLOCK 64
+KERNEL void reduce_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx,
+                            i64 nout, i64 L, RED_KEPT_ARGS, RED_STRIDES(xs), RED_STRIDES(ys), int op, int nanprop,
+                            int want_idx, float alpha, float beta, int read_y)
+{
+    const i64 o = GLOBAL_ID0;
+    if(o >= nout)
+        return;
+    RED_KEPT_OFFSETS(o, xb, yo)
+    const GLOBAL data_t* run = x + xb;
+    const i64 L8 = L & ~(i64)7;
+    float acc = red_init(op), comp = 0.0f;
+    i64 ai = -1;
+    if(red_additive(op))
+    {
+        for(i64 e0 = 0; e0 < L8; e0 += RED_CPU_BLOCK)
+        {
+            const i64 e1 = e0 + RED_CPU_BLOCK < L8 ? e0 + RED_CPU_BLOCK : L8;
+            float8 p = (float8)(0.0f);
+            for(i64 e = e0; e < e1; e += 8)
+            {
+                const float8 v = load_f8(run, e);
+                p += op == 6 ? fabs(v) : op == 7 ? v * v : v;
+            }
+            red_kahan(&acc, &comp, hsum8(p));
+        }
+        for(i64 e = L8; e < L; ++e)
+            red_kahan(&acc, &comp, red_term(LOAD(run, e), op));
+    }
+    else if(op == 1)
+    {
+        float8 p = (float8)(1.0f);
+        for(i64 e = 0; e < L8; e += 8)
+            p *= load_f8(run, e);
+        const float4 q = p.lo * p.hi;
+        acc = q.x * q.y * q.z * q.w;
+        for(i64 e = L8; e < L; ++e)
+            acc *= LOAD(run, e);
+    }
+    else
+    {
+        float8 a = (float8)(acc);
+        int8 ia = (int8)(-1);
+        const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+        for(i64 e = 0; e < L8; e += 8)
+        {
+            float8 v = load_f8(run, e);
+            v = op == 4 ? fabs(v) : v;
+            const int8 open = (op == 2 ? v < a : v > a) | (ia < 0);
+            const int8 take = nanprop ? ~isnan(a) & (isnan(v) | open) : ~isnan(v) & open;
+            a = select(a, v, take);
+            ia = select(ia, lane + (int)e, take);
+        }
+        const float av[8] = {a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7};
+        const int iv[8] = {ia.s0, ia.s1, ia.s2, ia.s3, ia.s4, ia.s5, ia.s6, ia.s7};
+        const i64 none = (i64)1 << 62;
+        i64 bi = none;
+        for(int j = 0; j < 8; ++j)
+            red_merge(&acc, &bi, av[j], iv[j] < 0 ? none : (i64)iv[j], op, nanprop);
+        ai = bi == none ? -1 : bi;
+        for(i64 e = L8; e < L; ++e)
+            red_step(&acc, &ai, LOAD(run, e), e, op, nanprop);
+    }
+    red_finish(y, idx, yo, acc, ai, op, L, alpha, beta, read_y, want_idx);
+}
+#endif
+

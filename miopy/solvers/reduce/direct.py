@@ -10,7 +10,7 @@ from miopy.problem.keys import memory_order
 from miopy.problem.reduce import ReduceProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import MAX_GROUPS, grid_1d
+from miopy.solvers.launch import MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d
 from miopy.tensor import DataType
 
 GROUP = 256  # RED_GROUP
@@ -88,6 +88,11 @@ class ReduceRows(_Reduce):
     def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
         length = rows_length(problem)
         nout = problem.y.element_count
+        args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
+        if cpu_kernels(ctx) and problem.dtype is not DataType.FP64:
+            defines = {"MIOPY_DTYPE": problem.dtype.code}
+            spec = KernelSpec("reduce", "reduce_rows_cpu", defines, *cpu_grid(nout))
+            return Program((Launch(spec, args),))
         team = min(GROUP, max(4, 1 << max(0, math.ceil(math.log2(max(1, -(-length // 8)))))))
         groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
         spec = KernelSpec(
@@ -97,7 +102,6 @@ class ReduceRows(_Reduce):
             (groups * GROUP,),
             (GROUP,),
         )
-        args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
         return Program((Launch(spec, args),))
 
 
@@ -164,26 +168,36 @@ class ReduceColumns(_Reduce):
             return "the kept dimensions are not innermost in a dense x"
         return None
 
-    def _split(self, problem: ReduceProblem) -> tuple[int, int, int, int]:
+    def _cpu(self, ctx, problem: ReduceProblem) -> bool:
+        """reduce_cols_partial_cpu: CPU OpenCL, a multiple of 8 columns, not fp64."""
+        return cpu_kernels(ctx) and problem.dtype is not DataType.FP64 and cols_shape(problem)[1] % 8 == 0
+
+    def _split(self, ctx, problem: ReduceProblem) -> tuple[int, int, int, int]:
         rows, cols = cols_shape(problem)
-        chunks = max(1, min(rows, self.TARGET_ITEMS // max(cols, 1)))
+        if self._cpu(ctx, problem):  # a few row chunks per core, each at least 64 rows
+            cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+            chunks = max(1, min(cus * 4, rows // 64))
+        else:
+            chunks = max(1, min(rows, self.TARGET_ITEMS // max(cols, 1)))
         chunk = -(-rows // chunks)
         chunks = -(-rows // chunk)
         acc = 8 if problem.dtype is DataType.FP64 else 4
         return rows, cols, chunk, chunks * cols * acc
 
     def workspace_size(self, ctx, problem) -> int:
-        rows, cols, chunk, values = self._split(problem)
+        rows, cols, chunk, values = self._split(ctx, problem)
         return values + -(-rows // chunk) * cols * 4
 
     def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
-        rows, cols, chunk, values = self._split(problem)
+        rows, cols, chunk, values = self._split(ctx, problem)
         chunks = -(-rows // chunk)
         pi_off = np.int64(values // 4)
         defines = {"MIOPY_DTYPE": problem.dtype.code}
-        g1, l1 = grid_1d(chunks * cols)
+        if self._cpu(ctx, problem):
+            partial = KernelSpec("reduce", "reduce_cols_partial_cpu", defines, *cpu_grid(chunks, 1))
+        else:
+            partial = KernelSpec("reduce", "reduce_cols_partial", defines, *grid_1d(chunks * cols))
         g2, l2 = grid_1d(cols)
-        partial = KernelSpec("reduce", "reduce_cols_partial", defines, g1, l1)
         final = KernelSpec("reduce", "reduce_cols_final", defines, g2, l2)
         op = [np.int32(int(problem.op)), np.int32(problem.nan_propagation)]
         tail = _tail(problem)
