@@ -15,8 +15,32 @@ FIND_ENFORCE = {"NONE": 1, "DB_UPDATE": 2, "SEARCH": 3, "SEARCH_DB_UPDATE": 4, "
 
 
 def _env(name: str) -> str | None:
+    if name not in _read:
+        _remember(name)
     value = os.environ.get("MIOPY_" + name)
     return value if value not in (None, "") else None
+
+
+# Every knob read so far in this process, with the key to read it again quickly: see knob_state.
+_read: dict[str, object] = {}
+_read_keys: tuple[object, ...] = ()
+
+
+def _remember(name: str) -> None:
+    global _read_keys
+    raw = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    _read[name] = encode("MIOPY_" + name) if isinstance(raw, dict) and encode is not None else "MIOPY_" + name
+    _read_keys = tuple(_read.values())
+
+
+def knob_state() -> tuple:
+    """The value of every knob read so far in this process: an answer computed from knobs (which
+    solvers apply, for example) may be reused while this stays the same. About a microsecond."""
+    raw = getattr(os.environ, "_data", None)
+    if isinstance(raw, dict) and hasattr(os.environ, "encodekey"):
+        return tuple(map(raw.get, _read_keys))
+    return tuple(os.environ.get(k) for k in _read_keys)  # type: ignore[arg-type]
 
 
 def _flag(name: str) -> bool:

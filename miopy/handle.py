@@ -38,6 +38,9 @@ class Handle:
         self._perf_db = None
         self._find_db = None
         self._prepared = PreparedCache()  # (solution, buffers) -> prepared calls: see run_solution
+        # (primitive, problem key, invoker key) -> (DB and knob state, solutions): see
+        # miopy.engine.find.get_solutions
+        self.immediate_choices: dict[tuple[str, str, str], tuple[Any, tuple[Solution, ...]]] = {}
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
             self.backend.name,

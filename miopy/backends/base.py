@@ -167,8 +167,11 @@ class Backend(abc.ABC):
     def prepare_gemm(self, *args: Any, **kwargs: Any) -> Callable[[], None]:
         return lambda: self.gemm(*args, **kwargs)
 
-    def finish_prepared(self, calls: list[Callable[[], None]]) -> list[Callable[[], None]]:
-        """The recorded calls of one run, in the form to replay them (CUDA captures a graph)."""
+    def finish_prepared(
+        self, calls: list[Callable[[], None]], eager: bool = False
+    ) -> list[Callable[[], None]]:
+        """The recorded calls of one run, in the form to replay them (CUDA captures a graph, at
+        the second run unless ``eager``: timing wants the graph from the first sample on)."""
         return calls
 
     def run_prepared(self, calls: list[Callable[[], None]]) -> None:

@@ -686,15 +686,49 @@ class Backend(BackendBase):
                 return
         raise InternalError(f"cuLaunchKernel failed with CUresult {rc}")
 
-    def finish_prepared(self, calls: list[Callable[[], None]]) -> list[Callable[[], None]]:
-        """The calls of one run are captured once into a CUDA graph; a run then costs one graph
-        launch (about 1.5 us of host time on an H200's host, where a cuLaunchKernel with its
-        arguments costs 3.5 us and a cuBLAS call several). A lone kernel launch stays direct when
-        ``graph_single_launch`` is off, a lone library call when ``graph_single_library`` is."""
+    def finish_prepared(
+        self, calls: list[Callable[[], None]], eager: bool = False
+    ) -> list[Callable[[], None]]:
+        """The calls of one run are captured into a CUDA graph; a run then costs one graph launch
+        (about 1.5 us of host time on an H200's host, where a cuLaunchKernel with its arguments
+        costs 3.5 us and a cuBLAS call several). The capture (a stream, the capture, the graph's
+        instantiation) waits for the second run: a call made once, as in a network's first
+        iteration, runs its calls directly and pays for no graph (``eager`` captures now: find
+        times the graph from its first sample on). A lone kernel launch stays
+        direct when ``graph_single_launch`` is off, a lone library call when
+        ``graph_single_library`` is."""
         if len(calls) == 1:
             library = getattr(calls[0], "library", False)
             if not (self.graph_single_library if library else self.graph_single_launch):
                 return calls
+        backend = self
+        state: dict[str, Any] = {"runs": 0, "graph": None, "stream": None}
+        if eager:
+            state["graph"], state["stream"] = self._capture(calls)
+            if state["graph"] is None:
+                return calls
+
+        def replay() -> None:
+            graph = state["graph"]
+            if graph is not None:
+                graph.launch(backend.stream)
+                return
+            state["runs"] += 1
+            if state["runs"] == 2:
+                graph, state["stream"] = backend._capture(calls)
+                state["graph"] = graph
+                if graph is not None:
+                    graph.launch(backend.stream)
+                    return
+            for call in calls:
+                call()
+
+        replay.keep = (state, calls)  # type: ignore[attr-defined]
+        return [replay]
+
+    def _capture(self, calls: list[Callable[[], None]]) -> tuple[Any, Any]:
+        """A CUDA graph of ``calls`` (recorded on a stream of its own, nothing runs) and that
+        stream, or (None, None) when they cannot be captured here (they keep running directly)."""
         cp = self._cp
         saved = self.stream, self._sptr
         with self.device:
@@ -711,17 +745,11 @@ class Backend(BackendBase):
                     graph = capture.end_capture()
             except Exception as exc:  # not capturable here: keep the calls
                 _log.info("prepared calls not captured into a CUDA graph (%s)", exc)
-                return calls
+                return None, None
             finally:
                 self.stream, self._sptr = saved
                 self._c_sptr = ctypes.c_void_p(self._sptr)
-        backend = self
-
-        def replay() -> None:
-            graph.launch(backend.stream)
-
-        replay.keep = (graph, calls, capture)  # type: ignore[attr-defined]
-        return [replay]
+        return graph, capture
 
     def run_prepared(self, calls: list[Callable[[], None]]) -> None:
         if self._follow is not None:

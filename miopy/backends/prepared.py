@@ -46,7 +46,9 @@ class Recorder:
 class PreparedCache:
     """Prepared calls by key, least recently used dropped past ``capacity`` entries."""
 
-    def __init__(self, capacity: int = 64):
+    # A training iteration of ResNet-50 runs 121 problems, each solution on its own buffers: the
+    # cache holds a few such networks before it drops anything.
+    def __init__(self, capacity: int = 256):
         self.capacity = capacity
         # Public for the caller's hit path (a lookup and ``move_to_end``, no method call between).
         self.entries: OrderedDict[Any, tuple[Any, list[Callable[[], None]], Any]] = OrderedDict()

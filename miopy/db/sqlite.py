@@ -123,6 +123,13 @@ def _uri(path: Path) -> str:
     return Path(os.path.abspath(path)).as_uri()
 
 
+# Writes of find and perf records through any SqliteFile of this process, counted: what was
+# chosen from those records in memory (immediate mode's choices, see miopy.engine.find) is only
+# reused while the count is unchanged.
+RECORD_COMPONENTS = frozenset({"perf_db", "find_db"})
+records_written = 0
+
+
 class SqliteFile:
     """``component`` names this user of the file in its ``meta`` table, so that several DBs with
     their own schemas and versions can share one file. ``readonly`` files (system DBs) are opened
@@ -162,7 +169,14 @@ class SqliteFile:
         """Run ``statements`` as one transaction; False when the write was dropped."""
         if self.readonly:
             return False
-        return self._run(lambda conn: self._transaction(conn, statements), writing=True) is not None
+        global records_written
+        if self.component in RECORD_COMPONENTS:
+            records_written += 1  # before and after: a reader between them sees a change either way
+        try:
+            return self._run(lambda conn: self._transaction(conn, statements), writing=True) is not None
+        finally:
+            if self.component in RECORD_COMPONENTS:
+                records_written += 1
 
     @property
     def usable(self) -> bool:

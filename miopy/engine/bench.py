@@ -82,7 +82,7 @@ def _run_fn(handle, solution: Solution, invoker: Any, args: InvokeArgs):
     ProgramInvoker(recorder, solution.program, kernels)(args)
     if not recorder.ok or not recorder.calls:
         return lambda: invoker(args)
-    calls = backend.finish_prepared(recorder.calls)
+    calls = backend.finish_prepared(recorder.calls, eager=True)  # no capture inside a timed run
     return lambda: backend.run_prepared(calls)
 
 

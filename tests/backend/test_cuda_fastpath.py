@@ -104,6 +104,35 @@ def test_run_on_device_arrays_is_prepared_once(handle, cp, solver):
     assert len(handle._prepared) == before + 2
 
 
+def test_graph_is_captured_at_the_second_run(handle, cp):
+    """A prepared run's first replay runs its calls directly (a call made once pays for no
+    graph); the second captures them into a CUDA graph and launches it; later ones launch that
+    graph. Each run computes the reference result."""
+    from miopy.engine.find import get_solutions
+
+    problem = problem_1x1("fp32", "NCHW", "F", n=4, c=32, hw=8, k=48)
+    host = host_buffers(problem, 7)
+    dev = {r: cp.asarray(b) for r, b in host.items()}
+    be = handle.backend
+    saved = be.graph_single_launch, be.graph_single_library
+    be.graph_single_launch = be.graph_single_library = True  # even a lone call gets a graph here
+    try:
+        sol = get_solutions(handle, problem)[0]
+        states = []
+        for run in range(3):
+            dev["y"][...] = cp.nan
+            sol.run(handle, dev)
+            handle.backend.synchronize()
+            assert error(problem, {r: cp.asnumpy(b) for r, b in dev.items()}) < tol(problem), run
+            entry = next(e for e in handle._prepared.entries.values() if e[0]() is sol)
+            (replay,) = entry[1]
+            state = replay.keep[0]
+            states.append((state["runs"], state["graph"] is not None))
+    finally:
+        be.graph_single_launch, be.graph_single_library = saved
+    assert states == [(1, False), (2, True), (2, True)], states
+
+
 def test_run_follows_cupy_stream(handle, cp):
     from miopy.engine.find import solution_for
 
