@@ -144,18 +144,54 @@ def pow2_cap(extent: int) -> int:
     return max(32, 1 << (extent - 1).bit_length())
 
 
+# The block shapes a search tries (bm, bn, warps_m, warps_n): warp tiles of 32 x 32 to 64 x 64,
+# 2 to 8 warps, square and either way long. With TUNE_PIPES' pipelines this is a few hundred
+# configs per problem at most (MIOpen's spaces are curated lists too), so that ``miopy tune``
+# finishes in seconds per problem on a GPU with its parallel builds.
+TUNE_TILES = (
+    (32, 32, 1, 2),
+    (32, 64, 1, 2),
+    (64, 32, 2, 1),
+    (128, 32, 2, 1),
+    (128, 32, 4, 1),
+    (64, 64, 2, 2),
+    (128, 64, 2, 2),
+    (128, 64, 4, 1),
+    (64, 128, 2, 2),
+    (64, 128, 1, 4),
+    (128, 128, 2, 2),
+    (256, 64, 4, 1),
+    (64, 256, 1, 4),
+    (128, 128, 4, 2),
+    (128, 128, 2, 4),
+    (256, 128, 4, 2),
+    (128, 256, 2, 4),
+)
+# (bk, stages, frag_bufs) of the searched pipelines
+TUNE_PIPES = ((32, 4, 1), (32, 4, 2), (64, 2, 1), (64, 3, 1), (64, 3, 2), (64, 4, 1))
+
+
 def tile_candidates(
     domain: dict[str, tuple[int, ...]], cap_m: int | None = None, cap_n: int | None = None
 ) -> Iterator[dict[str, int]]:
-    """Every config of ``domain`` with ``bm`` <= ``cap_m`` and ``bn`` <= ``cap_n`` (where given)
-    and 128 threads or more for tiles of 64 x 64 and up (search spaces start here)."""
-    for values in itertools.product(*(domain[f] for f in FIELDS)):
-        config = dict(zip(FIELDS, values))
-        if (cap_m is not None and config["bm"] > cap_m) or (cap_n is not None and config["bn"] > cap_n):
+    """TUNE_TILES x TUNE_PIPES (no split) with ``bm`` <= ``cap_m`` and ``bn`` <= ``cap_n``
+    (where given) and every value in ``domain`` (search spaces start here)."""
+    for (bm, bn, wm, wn), (bk, stages, bufs) in itertools.product(TUNE_TILES, TUNE_PIPES):
+        config = tile_config(bm, bn, bk, wm, wn, stages, bufs)
+        if (cap_m is not None and bm > cap_m) or (cap_n is not None and bn > cap_n):
             continue
-        if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
-            continue
-        yield config
+        if all(v in domain[f] for f, v in config.items()):
+            yield config
+
+
+def with_splits(
+    configs: Iterator[dict[str, int]],
+    splits: Callable[[dict[str, int]], Iterator[int]],
+) -> Iterator[dict[str, int]]:
+    """Each of ``configs`` with each split ``splits(config)`` gives."""
+    for config in configs:
+        for split in splits(config):
+            yield {**config, "split_k": split}
 
 
 def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) -> dict[str, Any]:

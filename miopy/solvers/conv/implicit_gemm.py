@@ -19,6 +19,7 @@ from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
     DOMAIN,
     MIN_SLICE_TILES,
+    SMALL_GRID_PER_CU,
     IgemmSolver,
     compute_units,
     gemm_specs,
@@ -27,6 +28,7 @@ from miopy.solvers.conv.igemm_common import (
     split_workspace_bytes,
     tile_candidates,
     tile_smem_bytes,
+    with_splits,
 )
 from miopy.solvers.conv.igemm_common import tile_config as _cfg
 
@@ -102,18 +104,21 @@ class ConvIgemmFwdNhwc(IgemmSolver):
         )
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
-        """Valid configs whose block is no wider than the next power of two of K (at least 32)
-        with 128 or more threads where the block has room for them; splits of the reduction
-        only where the unsplit grid has fewer than 2 blocks per multiprocessor and each slice
-        keeps MIN_SLICE_TILES pipeline steps."""
+        """Valid configs of the curated block shapes and pipelines (igemm_common.TUNE_TILES,
+        TUNE_PIPES) no wider than the next power of two of K (at least 32); each also split
+        where the unsplit grid has fewer than 2 blocks per multiprocessor, into at most 4 blocks
+        per multiprocessor, each slice keeping MIN_SLICE_TILES pipeline steps."""
         cus = compute_units(ctx)
-        out = []
-        for config in tile_candidates(DOMAIN, cap_n=pow2_cap(problem.w.lens[0])):
-            split = config["split_k"]
-            if split > 1 and (
-                grid_blocks(problem, config) >= 2 * cus or k_tiles(problem, config) < split * MIN_SLICE_TILES
-            ):
-                continue
-            if self.is_valid_config(ctx, problem, config):
-                out.append(config)
+
+        def splits(config: dict[str, int]):
+            yield 1
+            blocks = grid_blocks(problem, config)
+            if blocks >= SMALL_GRID_PER_CU * cus:
+                return
+            for split in DOMAIN["split_k"][1:]:
+                if blocks * split <= 4 * cus and k_tiles(problem, config) >= split * MIN_SLICE_TILES:
+                    yield split
+
+        candidates = with_splits(tile_candidates(DOMAIN, cap_n=pow2_cap(problem.w.lens[0])), splits)
+        out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
         return out or [self.default_config(ctx, problem)]

@@ -23,6 +23,7 @@ from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
     DOMAIN,
     MIN_SLICE_TILES,
+    SMALL_GRID_PER_CU,
     IgemmSolver,
     compute_units,
     gemm_specs,
@@ -31,6 +32,7 @@ from miopy.solvers.conv.igemm_common import (
     split_workspace_bytes,
     tile_candidates,
     tile_smem_bytes,
+    with_splits,
 )
 from miopy.solvers.conv.implicit_gemm import (
     DEFAULT_NARROW,
@@ -120,18 +122,20 @@ class ConvIgemmBwdNhwc(IgemmSolver):
         )
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
-        """As ConvIgemmFwdNhwc's: blocks no wider than the next power of two of C (at least 32),
-        128 threads or more for tiles of 64 x 64 and up, splits only for grids of fewer than
-        2 blocks per multiprocessor whose slices keep MIN_SLICE_TILES steps."""
+        """As ConvIgemmFwdNhwc's: the curated shapes no wider than the next power of two of C
+        (at least 32), each also split where the unsplit grid has fewer than 2 blocks per
+        multiprocessor, into at most 4 per multiprocessor, slices keeping MIN_SLICE_TILES steps."""
         cus = compute_units(ctx)
-        out = []
-        for config in tile_candidates(DOMAIN, cap_n=pow2_cap(problem.x.lens[1])):
-            split = config["split_k"]
-            if split > 1 and (
-                grid_blocks(problem, {**config, "split_k": 1}) >= 2 * cus
-                or max_k_tiles(problem, config) < split * MIN_SLICE_TILES
-            ):
-                continue
-            if self.is_valid_config(ctx, problem, config):
-                out.append(config)
+
+        def splits(config: dict[str, int]):
+            yield 1
+            blocks = grid_blocks(problem, {**config, "split_k": 1})
+            if blocks >= SMALL_GRID_PER_CU * cus:
+                return
+            for split in DOMAIN["split_k"][1:]:
+                if blocks * split <= 4 * cus and max_k_tiles(problem, config) >= split * MIN_SLICE_TILES:
+                    yield split
+
+        candidates = with_splits(tile_candidates(DOMAIN, cap_n=pow2_cap(problem.x.lens[1])), splits)
+        out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
         return out or [self.default_config(ctx, problem)]

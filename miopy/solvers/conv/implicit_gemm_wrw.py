@@ -29,6 +29,7 @@ from miopy.solvers.conv.igemm_common import (
     split_workspace_bytes,
     tile_candidates,
     tile_smem_bytes,
+    with_splits,
 )
 from miopy.solvers.conv.igemm_common import tile_config as _cfg
 
@@ -119,15 +120,16 @@ class ConvIgemmWrwNhwc(IgemmSolver):
         return config
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
-        """Valid configs with blocks no taller than the next power of two of K (at least 32),
-        128 threads or more for tiles of 64 x 64 and up, and splits from a quarter to twice
-        default_split's (1 included where that range reaches it)."""
+        """Valid configs of the curated block shapes and pipelines (igemm_common.TUNE_TILES,
+        TUNE_PIPES) no taller than the next power of two of K (at least 32), each with
+        default_split's split and its neighbours in DOMAIN (1 included where reached)."""
         cus = compute_units(ctx)
-        out = []
-        for config in tile_candidates(DOMAIN, cap_m=pow2_cap(problem.w.lens[0])):
-            best = default_split(problem, config, cus)
-            if not best / 4 <= config["split_k"] <= best * 2:
-                continue
-            if self.is_valid_config(ctx, problem, config):
-                out.append(config)
+        order = DOMAIN["split_k"]
+
+        def splits(config: dict[str, int]):
+            at = order.index(default_split(problem, config, cus))
+            yield from order[max(0, at - 1) : at + 2]
+
+        candidates = with_splits(tile_candidates(DOMAIN, cap_m=pow2_cap(problem.w.lens[0])), splits)
+        out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
         return out or [self.default_config(ctx, problem)]
