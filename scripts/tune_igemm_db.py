@@ -20,6 +20,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,8 +38,9 @@ def workload_lines(layers: list[int]) -> list[str]:
     return [lines[i - 1] for i in layers]
 
 
-def tune_all(dtypes: list[str], layers: list[int]) -> list[str]:
-    """Tune every igemm solver on every problem; returns one summary line per problem."""
+def tune_all(dtypes: list[str], layers: list[int], done: Callable[[list[str]], None]) -> list[str]:
+    """Tune every igemm solver on every problem; returns one summary line per problem (the
+    device first), calling ``done`` with the lines so far after each problem."""
     from miopy.engine import bench
     from miopy.engine import tune as engine_tune
     from miopy.engine.candidates import applicable, make_solution
@@ -74,6 +76,7 @@ def tune_all(dtypes: list[str], layers: list[int]) -> list[str]:
                     row = f"{view.key()} {solver.name}: nothing ran"
                 print(row, flush=True)
                 out.append(row)
+                done(out)
     return out
 
 
@@ -127,19 +130,23 @@ def main() -> int:
     from miopy.handle import Handle
 
     started = datetime.datetime.now(datetime.UTC)
-    rows = tune_all(args.dtypes.split(","), [int(i) for i in args.layers.split(",")])
     basename = Handle("cuda").db_basename
-    dst = install(scratch, Path(args.out), basename)
-    record = [
-        f"{dst.name}: miopy's system perf DB for {rows[0].removeprefix('device: ')}",
-        f"made {started:%Y-%m-%d %H:%M} UTC by miopy {miopy.__version__} with",
-        f"  python scripts/tune_igemm_db.py --dtypes {args.dtypes} --layers {args.layers}",
-        "(engine.tune, exhaustive over each implicit-GEMM solver's search space, L2 flushed before each",
-        "timed run; the layers are lines of benchmarks/resnet50.txt in NHWC, every direction)",
-        "",
-        *rows[1:],
-    ]
-    (Path(args.out) / f"{basename}.txt").write_text("\n".join(record) + "\n")
+
+    def done(rows: list[str]) -> None:  # the DB and its record after each problem
+        dst = install(scratch, Path(args.out), basename)
+        record = [
+            f"{dst.name}: miopy's system perf DB for {rows[0].removeprefix('device: ')}",
+            f"made {started:%Y-%m-%d %H:%M} UTC by miopy {miopy.__version__} with",
+            f"  python scripts/tune_igemm_db.py --dtypes {args.dtypes} --layers {args.layers}",
+            "(engine.tune, exhaustive over each implicit-GEMM solver's search space, L2 flushed before",
+            "each timed run; the layers are lines of benchmarks/resnet50.txt in NHWC, every direction)",
+            "",
+            *rows[1:],
+        ]
+        (Path(args.out) / f"{basename}.txt").write_text("\n".join(record) + "\n")
+
+    tune_all(args.dtypes.split(","), [int(i) for i in args.layers.split(",")], done)
+    dst = Path(args.out) / f"{basename}.db"
     print(f"wrote {dst}", flush=True)
     return 0
 
