@@ -38,7 +38,32 @@ def workload_lines(layers: list[int]) -> list[str]:
     return [lines[i - 1] for i in layers]
 
 
-def tune_all(dtypes: list[str], layers: list[int], done: Callable[[list[str]], None]) -> list[str]:
+def record_measurements(log_path: Path) -> None:
+    """Every config engine.tune's exhaustive search times, one JSON line each in ``log_path``
+    (the search itself unchanged; engine.tune builds in parallel for exactly this function, so it
+    is replaced under both of its names)."""
+    import json
+
+    from miopy.engine import tune as engine_tune
+
+    plain = engine_tune.exhaustive
+
+    def exhaustive(configs, measure):
+        def logged(cfg):
+            ms = measure(cfg)
+            with open(log_path, "a") as f:
+                f.write(json.dumps({"config": cfg, "ms": ms}) + "\n")
+            return ms
+
+        return plain(configs, logged)
+
+    engine_tune.exhaustive = exhaustive
+    engine_tune.STRATEGIES["exhaustive"] = exhaustive
+
+
+def tune_all(
+    dtypes: list[str], layers: list[int], done: Callable[[list[str]], None], log_path: Path | None = None
+) -> list[str]:
     """Tune every igemm solver on every problem; returns one summary line per problem (the
     device first), calling ``done`` with the lines so far after each problem."""
     from miopy.engine import bench
@@ -60,6 +85,9 @@ def tune_all(dtypes: list[str], layers: list[int], done: Callable[[list[str]], N
                 solver = solvers[0]
                 view = problem.solver_view()
                 started = time.monotonic()
+                if log_path is not None:
+                    with open(log_path, "a") as f:
+                        f.write(f"# {view.key()} {solver.name}\n")
                 found = engine_tune.tune(handle, problem, [solver])
                 seconds = time.monotonic() - started
                 default = solver.default_config(handle, view)
@@ -118,6 +146,7 @@ def main() -> int:
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--layers", default="3,6,9,12", help="1-based lines of benchmarks/resnet50.txt")
     ap.add_argument("--out", default=str(ROOT / "miopy" / "data"))
+    ap.add_argument("--log", default="", help="also every config's time, as JSON lines, here")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="miopy-tune-"))
     os.environ["MIOPY_USER_DB_PATH"] = str(scratch)
@@ -145,7 +174,10 @@ def main() -> int:
         ]
         (Path(args.out) / f"{basename}.txt").write_text("\n".join(record) + "\n")
 
-    tune_all(args.dtypes.split(","), [int(i) for i in args.layers.split(",")], done)
+    log_path = Path(args.log) if args.log else None
+    if log_path is not None:
+        record_measurements(log_path)
+    tune_all(args.dtypes.split(","), [int(i) for i in args.layers.split(",")], done, log_path)
     dst = Path(args.out) / f"{basename}.db"
     print(f"wrote {dst}", flush=True)
     return 0

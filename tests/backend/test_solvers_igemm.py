@@ -20,7 +20,7 @@ from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solution import Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
-from miopy.solvers.conv.igemm_common import DOMAIN, FIELDS, threads
+from miopy.solvers.conv.igemm_common import DOMAIN, FIELDS, MAX_CLUSTER, cluster_split, threads
 from miopy.solvers.conv.implicit_gemm import (
     DEFAULT_NARROW,
     DEFAULT_SHORT,
@@ -44,11 +44,11 @@ def make(dtype, xlens, wlens, direction="F", layouts=NHWC, **conv) -> ConvProble
     return ConvProblem.create(x, w, ConvDesc(**conv), direction, y_layout=layouts[2])
 
 
-def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, smem=232448):
+def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, smem=232448, arch="sm_90"):
     """An H200 by default (227 KB of dynamic shared memory per block)."""
     info = DeviceInfo(
         "fake",
-        "sm_90",
+        arch,
         compute_units,
         "",
         max_work_group_size=max_work_group_size,
@@ -117,7 +117,10 @@ def test_search_space_and_default(problem):
     default = SOLVER.default_config(CTX, problem)
     assert SOLVER.is_valid_config(CTX, problem, default)
     k = problem.w.lens[0]
-    assert default["bn"] <= max(64, k) and default["split_k"] == 1
+    assert default["bn"] <= max(64, k)
+    # a split only for a small grid, and then one that sums in a cluster
+    unsplit = grid_blocks(problem, {**default, "split_k": 1})
+    assert default["split_k"] == 1 or (unsplit < 2 * 132 and default["split_k"] <= MAX_CLUSTER)
 
 
 def test_default_config_follows_the_problem():
@@ -127,7 +130,10 @@ def test_default_config_follows_the_problem():
     short = SOLVER.default_config(CTX, RESNET[4])  # 1x1 from 64 channels: 64 taps
     assert wide == DEFAULT_WIDE and narrow == DEFAULT_NARROW and short == DEFAULT_SHORT
     assert (wide["bm"], wide["bn"], wide["split_k"]) == (128, 64, 1)
-    assert tiny == DEFAULT_SMALL_GRID and grid_blocks(RESNET[3], DEFAULT_WIDE) < 2 * 132
+    assert grid_blocks(RESNET[3], DEFAULT_WIDE) < 2 * 132
+    # 200 tiles of 64 x 64: split in two inside a cluster (400 blocks, at most 4 per SM)
+    assert tiny == {**DEFAULT_SMALL_GRID, "split_k": 2} and grid_blocks(RESNET[3], tiny) == 200
+    assert SOLVER.default_config(fake_ctx(arch="sm_80"), RESNET[3]) == DEFAULT_SMALL_GRID  # no clusters
     assert SOLVER.default_config(fake_ctx(compute_units=8), RESNET[3]) == DEFAULT_WIDE
     small_smem = fake_ctx(smem=16384)
     cfg = SOLVER.default_config(small_smem, RESNET[0])
@@ -205,7 +211,9 @@ def test_launch_geometry():
 
 
 def test_split_reduction_geometry():
-    """A split reduction: one block row per slice (grid y), fp32 partials, then the sum kernel."""
+    """A split reduction without clusters (sm_80) or past MAX_CLUSTER: one block row per slice
+    (grid y), fp32 partials, then the sum kernel."""
+    ctx = fake_ctx(arch="sm_80")
     problem = RESNET[3]  # 7x7, R*S*C = 4608: 72 steps of 64
     config = {
         "bm": 64,
@@ -217,20 +225,42 @@ def test_split_reduction_geometry():
         "frag_bufs": 2,
         "split_k": 4,
     }
-    assert k_tiles(problem, config) == 72 and SOLVER.is_valid_config(CTX, problem, config)
-    program = SOLVER.get_program(CTX, problem, config)
+    assert k_tiles(problem, config) == 72 and SOLVER.is_valid_config(ctx, problem, config)
+    program = SOLVER.get_program(ctx, problem, config)
     main, reduce = program.kernels
     assert program.steps[0].args[3] == Workspace() and program.steps[1].args == (Workspace(), Tensor("y"))
     rows, k = 32 * 7 * 7, 512
     assert main.global_size == (grid_blocks(problem, config) * 128, 4) and main.local_size == (128, 1)
     assert reduce.name == "igemm_splitk_reduce" and reduce.local_size == (256,)
     assert reduce.global_size[0] >= rows * k // 8 > reduce.global_size[0] - 256
-    assert program.workspace == 4 * rows * k * 4 == SOLVER.workspace_size(CTX, problem, config)
+    assert program.workspace == 4 * rows * k * 4 == SOLVER.workspace_size(ctx, problem, config)
     assert dict(main.defines)["IG_SPLIT_K"] == 4 == dict(reduce.defines)["IG_SPLIT_K"]
+    assert "IG_CLUSTER" not in dict(main.defines)
     few_steps = {**config, "bk": 32, "split_k": 8}
     assert k_tiles(ODD, few_steps) == 5  # 2 * 3 * 24 taps, 32 at a time
     assert SOLVER.is_valid_config(CTX, ODD, {**few_steps, "split_k": 4})
     assert not SOLVER.is_valid_config(CTX, ODD, {**few_steps, "split_k": 6})
+
+
+def test_cluster_split_geometry():
+    """On sm_90 a split of 2 to 8 slices is one kernel whose slices of a tile form a cluster
+    (grid y, IG_CLUSTER), with the fp32 partial tile in shared memory and no workspace."""
+    problem = RESNET[3]
+    config = {**DEFAULT_SMALL_GRID, "split_k": 4}
+    assert cluster_split(CTX, config) and not cluster_split(fake_ctx(arch="sm_80"), config)
+    assert not cluster_split(CTX, {**config, "split_k": 1})
+    program = SOLVER.get_program(CTX, problem, config)
+    (launch,) = program.steps
+    spec = launch.spec
+    assert launch.args[:3] == (Tensor("x"), Tensor("w"), Tensor("y")) and launch.args[3] is None
+    assert spec.global_size == (grid_blocks(problem, config) * 128, 4) and spec.local_size == (128, 1)
+    assert dict(spec.defines)["IG_CLUSTER"] == 1 and dict(spec.defines)["IG_SPLIT_K"] == 4
+    assert program.workspace == 0 == SOLVER.workspace_size(CTX, problem, config)
+    assert launch.shared_mem == max(smem_bytes(config), 64 * (64 + 4) * 4)
+    # a tall tile whose partial sums need more shared memory than its pipeline
+    big = {**config, "bm": 256, "bn": 128, "bk": 32, "warps_m": 4, "warps_n": 2, "stages": 2, "split_k": 2}
+    assert SOLVER.launch_smem(CTX, big) == 256 * 132 * 4 > smem_bytes(big)
+    assert not SOLVER.is_valid_config(fake_ctx(smem=100 * 1024), problem, big)
 
 
 @support.needs_nvrtc

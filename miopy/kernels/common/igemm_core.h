@@ -244,4 +244,92 @@ DEVICE_FN void splitk_sum(const float* RESTRICT ws, data_t* RESTRICT out, i64 to
     *reinterpret_cast<uint4*>(out + e) = o;
 }
 
+/* ---- split-K inside a thread-block cluster (sm_90 and later) ----
+   The SPLIT blocks that share an output tile form one cluster; each leaves its fp32 partial tile
+   in its own shared memory, and after a cluster barrier each block sums a share of the rows over
+   the cluster's tiles (distributed shared memory) and writes them out: no workspace, no second
+   kernel. A tile is BM rows of BN + 4 floats (16-byte aligned rows, fewer bank conflicts). */
+#define IGEMM_CLUSTER_BYTES(BM, BN) ((BM) * ((BN) + 4) * 4)
+
+DEVICE_FN u32 cluster_rank()
+{
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+DEVICE_FN void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/* The address of shared-memory location `addr` (this block's) in block `rank` of the cluster. */
+DEVICE_FN u32 cluster_map(u32 addr, u32 rank)
+{
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+DEVICE_FN float4 cluster_ld4(u32 addr)
+{
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+/* Writes the sum over the cluster's SPLIT blocks of their tiles. row_off(r) is the element offset
+   in `out` of the block's row r at its first column, or -1 where there is no such row; columns
+   at or past cols_left do not exist. Block `rank` writes rows rank, rank + SPLIT, ... Every
+   thread of every block of the cluster must call it (two cluster barriers). */
+template <int BM, int BN, int THREADS, int MI, int NI, int SPLIT, class RowOff>
+DEVICE_FN void cluster_store_tile(uint4* smem, const float (&acc)[MI][NI][4], int wm0, int wn0, int lane, int tid,
+                                  int cols_left, data_t* RESTRICT out, RowOff& row_off)
+{
+    constexpr int PITCH = BN + 4; /* floats */
+    constexpr int RC = BN / 8;    /* 8-column chunks per row */
+    constexpr int MY_ROWS = (BM + SPLIT - 1) / SPLIT;
+    float* tile = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for(int i = 0; i < MI; ++i)
+#pragma unroll
+        for(int j = 0; j < NI; ++j)
+        {
+            const int row = wm0 + i * 16 + (lane >> 2);
+            const int col = wn0 + j * 8 + (lane & 3) * 2;
+            *reinterpret_cast<float2*>(tile + row * PITCH + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(tile + (row + 8) * PITCH + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    cluster_sync(); /* every partial tile of the cluster is in place */
+    const int rank = (int)cluster_rank();
+    const u32 base = smem_addr(smem);
+    for(int e = tid; e < MY_ROWS * RC; e += THREADS)
+    {
+        const int row = rank + (e / RC) * SPLIT;
+        const int ch = e % RC;
+        if(row >= BM || ch * 8 >= cols_left)
+            continue;
+        const int off = row_off(row);
+        if(off < 0)
+            continue;
+        const u32 addr = base + (u32)((row * PITCH + ch * 8) * 4);
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for(int s = 0; s < SPLIT; ++s)
+        {
+            const u32 a = cluster_map(addr, (u32)s);
+            const float4 lo = cluster_ld4(a), hi = cluster_ld4(a + 16);
+            v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+            v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+        }
+        uint4 o;
+        o.x = pack2(v[0], v[1]);
+        o.y = pack2(v[2], v[3]);
+        o.z = pack2(v[4], v[5]);
+        o.w = pack2(v[6], v[7]);
+        *reinterpret_cast<uint4*>(out + off + ch * 8) = o;
+    }
+    cluster_sync(); /* no block leaves (freeing its tile) while another still reads it */
+}
+
 #endif

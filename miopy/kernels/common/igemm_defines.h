@@ -34,6 +34,12 @@
 #ifndef IG_SPLIT_K
 #define IG_SPLIT_K 1 /* the reduction split over this many blocks, summed by a second kernel */
 #endif
+#ifndef IG_CLUSTER
+#define IG_CLUSTER 0 /* 1: the IG_SPLIT_K blocks of a tile are a cluster and sum in shared memory */
+#endif
+#if IG_CLUSTER && (IG_SPLIT_K < 2 || IG_SPLIT_K > 8)
+#error "a cluster split needs 2 to 8 blocks (IG_SPLIT_K)"
+#endif
 
 #if MIOPY_DTYPE == 0
 #error "the implicit-GEMM kernels are for fp16 and bf16 (MIOPY_DTYPE 1 or 2)"

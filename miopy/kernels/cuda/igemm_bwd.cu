@@ -12,7 +12,8 @@
    as it lies, rows k (the reduction) and C contiguous, read with ldmatrix.trans.
 
    With IG_SPLIT_K > 1 the reduction splits over blockIdx.z, fp32 partials go to the workspace
-   (IG_SPLIT_K x N*H*W x C floats) and igemm_bwd_splitk_reduce sums them into dx.
+   (IG_SPLIT_K x N*H*W x C floats) and igemm_bwd_splitk_reduce sums them into dx; with IG_CLUSTER
+   the slices of a tile are one cluster and sum in distributed shared memory straight into dx.
 
    Needs C % 8 == 0 and K % 8 == 0. */
 
@@ -20,6 +21,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_BM=64 -DIG_BN=32 -DIG_BK=32 -DIG_WARPS_M=2 -DIG_WARPS_N=1 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=3 -DIG_BM=64 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=3 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1 -DIG_RSTEP=1 -DIG_SSTEP=2
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -54,8 +56,15 @@
 static_assert(IG_BM * IG_ACH % IG_THREADS == 0 && IG_BK * IG_BCH % IG_THREADS == 0, "even loads");
 static_assert(IG_STAGES * IG_STAGE_BYTES <= 227 * 1024, "at most 227 KB of shared memory per block");
 
-KERNEL void __launch_bounds__(IG_THREADS) igemm_bwd(const data_t* RESTRICT dy, const data_t* RESTRICT w,
-                                                    data_t* RESTRICT dx, float* RESTRICT ws)
+#if IG_CLUSTER
+static_assert(IGEMM_CLUSTER_BYTES(IG_BM, IG_BN) <= 227 * 1024, "the cluster's partial tile fits");
+#define IG_CLUSTER_DIMS __cluster_dims__(1, 1, IG_SPLIT_K) /* a tile's slices */
+#else
+#define IG_CLUSTER_DIMS
+#endif
+
+KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
+    igemm_bwd(const data_t* RESTRICT dy, const data_t* RESTRICT w, data_t* RESTRICT dx, float* RESTRICT ws)
 {
     extern __shared__ __align__(128) uint4 smem[];
     const int tid = threadIdx.x;
@@ -167,8 +176,13 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_bwd(const data_t* RESTRICT dy, c
         const int x = w0 + (rem - i * wph) * IG_SW;
         return ((n * IG_H + h) * IG_W + x) * IG_C + n0;
     };
+#if IG_CLUSTER
+    cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
+                                                                         IG_C - n0, dx, row_off);
+#else
     store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, (IG_SPLIT_K > 1)>(
         smem, acc, wm0, wn0, lane, tid, IG_C - n0, dx, ws + (i64)blockIdx.z * IG_NPIX * IG_C, row_off);
+#endif
 }
 
 /* Split-K: dx = the sum of the IG_SPLIT_K fp32 partial results, 8 channels per thread. */

@@ -15,7 +15,9 @@
    mma.sync m16n8k16. The epilogue rounds the fp32 tile to data_t through shared memory and
    writes it with 16-byte stores, whole rows of the tile at a time. With IG_SPLIT_K > 1 the
    reduction is split over gridDim.y blocks, each writing fp32 partial sums to the workspace
-   (IG_SPLIT_K x M x K floats), and igemm_splitk_reduce sums them into y.
+   (IG_SPLIT_K x M x K floats), and igemm_splitk_reduce sums them into y; with IG_CLUSTER the
+   IG_SPLIT_K blocks of a tile are one thread-block cluster (sm_90) and sum their partial tiles
+   through distributed shared memory straight into y (common/igemm_core.h).
 
    Needs C % 8 == 0 and K % 8 == 0 (16-byte chunks never straddle a tap or the end of a row). */
 
@@ -24,6 +26,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=2
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=3 -DIG_FRAG_BUFS=2 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=3 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=8 -DIG_CLUSTER=1 -DIG_BM=256 -DIG_BN=128 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
@@ -50,15 +54,22 @@
 #define IG_PITCH (IG_BN + 8)               /* epilogue tile row, in elements */
 #define IG_PIPE_CHUNKS (IG_STAGES * IG_STAGE_CHUNKS)
 #define IG_EPI_CHUNKS (IG_BM * IG_PITCH / 8)
-#define IG_SMEM_CHUNKS (IG_PIPE_CHUNKS > IG_EPI_CHUNKS ? IG_PIPE_CHUNKS : IG_EPI_CHUNKS)
+#define IG_OUT_CHUNKS (IG_CLUSTER ? IGEMM_CLUSTER_BYTES(IG_BM, IG_BN) / 16 : IG_EPI_CHUNKS)
+#define IG_SMEM_CHUNKS (IG_PIPE_CHUNKS > IG_OUT_CHUNKS ? IG_PIPE_CHUNKS : IG_OUT_CHUNKS)
 #define IG_TILES_N ((IG_K + IG_BN - 1) / IG_BN)
 #define IG_KT ((IG_KD + IG_BK - 1) / IG_BK)
 
 static_assert(IG_BM * IG_CH % IG_THREADS == 0 && IG_BN * IG_CH % IG_THREADS == 0, "even loads");
 static_assert(IG_SMEM_CHUNKS * 16 <= 227 * 1024, "at most 227 KB of shared memory per block");
 
-KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w,
-                                                    data_t* RESTRICT y, float* RESTRICT ws)
+#if IG_CLUSTER
+#define IG_CLUSTER_DIMS __cluster_dims__(1, IG_SPLIT_K, 1) /* a tile's slices */
+#else
+#define IG_CLUSTER_DIMS
+#endif
+
+KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
+    igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws)
 {
     extern __shared__ __align__(128) uint4 smem[]; /* IG_SMEM_CHUNKS, given at launch */
     const int tid = threadIdx.x;
@@ -132,7 +143,12 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_fwd(const data_t* RESTRICT x, co
     zero_acc(acc);
     mma_mainloop<IG_STAGES, IG_BK / 16, IG_FRAG_BUFS>(nkt, load_tile, load_frags, acc);
 
-#if IG_SPLIT_K > 1
+#if IG_CLUSTER
+    /* ---- cluster split-K: the slices sum through distributed shared memory into y ---- */
+    auto row_off = [&](int row) -> int { return m0 + row < IG_M ? (m0 + row) * IG_K + n0 : -1; };
+    cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
+                                                                         IG_K - n0, y, row_off);
+#elif IG_SPLIT_K > 1
     /* ---- split-K epilogue: fp32 partial sums to the workspace, slice blockIdx.y ---- */
     float* part = ws + (i64)blockIdx.y * IG_M * IG_K;
 #pragma unroll

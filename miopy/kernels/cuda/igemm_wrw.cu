@@ -11,7 +11,8 @@
 
    The reduction is long (100k pixels at 56x56, batch 32) and the output small, so it splits over
    blockIdx.y (IG_SPLIT_K slices): fp32 partials go to the workspace (IG_SPLIT_K x K x R*S*C
-   floats) and igemm_wrw_splitk_reduce sums them into dw in its data type.
+   floats) and igemm_wrw_splitk_reduce sums them into dw in its data type; a split of 2 to 8 with
+   IG_CLUSTER makes the slices of a tile one cluster that sums in distributed shared memory.
 
    Needs C % 8 == 0 and K % 8 == 0. */
 
@@ -19,6 +20,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=1 -DIG_BM=32 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=1 -DIG_WARPS_N=2 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=48 -DIG_BM=128 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=6 -DIG_CLUSTER=1 -DIG_BM=128 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=1 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -53,8 +55,15 @@
 static_assert(IG_BK * IG_ACH % IG_THREADS == 0 && IG_BK * IG_BCH % IG_THREADS == 0, "even loads");
 static_assert(IG_STAGES * IG_STAGE_BYTES <= 227 * 1024, "at most 227 KB of shared memory per block");
 
-KERNEL void __launch_bounds__(IG_THREADS) igemm_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy,
-                                                    data_t* RESTRICT dw, float* RESTRICT ws)
+#if IG_CLUSTER
+static_assert(IGEMM_CLUSTER_BYTES(IG_BM, IG_BN) <= 227 * 1024, "the cluster's partial tile fits");
+#define IG_CLUSTER_DIMS __cluster_dims__(1, IG_SPLIT_K, 1) /* a tile's slices */
+#else
+#define IG_CLUSTER_DIMS
+#endif
+
+KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
+    igemm_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws)
 {
     extern __shared__ __align__(128) uint4 smem[];
     const int tid = threadIdx.x;
@@ -126,8 +135,13 @@ KERNEL void __launch_bounds__(IG_THREADS) igemm_wrw(const data_t* RESTRICT x, co
 
     /* ---- epilogue: row r of the tile is dw row m0 + r ---- */
     auto row_off = [&](int row) -> int { return m0 + row < IG_K ? (m0 + row) * IG_RSC + n0 : -1; };
+#if IG_CLUSTER
+    cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
+                                                                         IG_RSC - n0, dw, row_off);
+#else
     store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, (IG_SPLIT_K > 1)>(
         smem, acc, wm0, wn0, lane, tid, IG_RSC - n0, dw, ws + (i64)blockIdx.y * IG_K * IG_RSC, row_off);
+#endif
 }
 
 /* Split-K: dw = the sum of the IG_SPLIT_K fp32 partial results, 8 taps per thread. */

@@ -10,6 +10,7 @@ fragment buffers (``frag_bufs``) and the split of the reduction (``split_k``).""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -37,6 +38,9 @@ INT32_MAX = 2**31 - 1
 REDUCE_THREADS = 256  # the work-group of the split-K sum kernels
 MIN_SLICE_TILES = 8  # pipeline steps of each slice of a split reduction, at least (search space)
 SMALL_GRID_PER_CU = 2  # fewer blocks than this per multiprocessor: the small-grid default
+SPLIT_BLOCKS_PER_CU = 4  # a small grid's default cluster split aims at no more blocks per SM than this
+MAX_CLUSTER = 8  # the most blocks of a portable thread-block cluster (sm_90)
+CLUSTER_ARCH = 90  # thread-block clusters and distributed shared memory from sm_90 on
 
 
 def tile_config(
@@ -64,6 +68,25 @@ def tile_smem_bytes(config: dict[str, int], row_offsets: bool) -> int:
     pipeline = config["stages"] * (config["bm"] + config["bn"]) * config["bk"] * 2
     epilogue = config["bm"] * (config["bn"] + 8) * 2 + (config["bm"] * 4 if row_offsets else 0)
     return max(pipeline, epilogue)
+
+
+def cluster_tile_bytes(config: dict[str, int]) -> int:
+    """Shared memory of a cluster split's fp32 partial tile (rows of bn + 4 floats, igemm_core.h)."""
+    return config["bm"] * (config["bn"] + 4) * 4
+
+
+def arch_number(ctx) -> int:
+    """The device's sm_XY as XY (90 on Hopper); 0 where it is not a CUDA architecture."""
+    info = getattr(ctx, "info", None)
+    match = re.fullmatch(r"sm_(\d+)a?", getattr(info, "arch", "") or "")
+    return int(match.group(1)) if match else 0
+
+
+def cluster_split(ctx, config: dict[str, int]) -> bool:
+    """A split of 2 to MAX_CLUSTER slices sums inside a thread-block cluster (no workspace, one
+    kernel) where the device has clusters (sm_90 and later); other splits go through the
+    workspace and a second kernel."""
+    return 1 < config["split_k"] <= MAX_CLUSTER and arch_number(ctx) >= CLUSTER_ARCH
 
 
 def split_workspace_bytes(config: dict[str, int], elements: int) -> int:
@@ -152,23 +175,19 @@ TUNE_TILES = (
     (32, 32, 1, 2),
     (32, 64, 1, 2),
     (64, 32, 2, 1),
-    (128, 32, 2, 1),
     (128, 32, 4, 1),
     (64, 64, 2, 2),
     (128, 64, 2, 2),
     (128, 64, 4, 1),
     (64, 128, 2, 2),
-    (64, 128, 1, 4),
     (128, 128, 2, 2),
     (256, 64, 4, 1),
-    (64, 256, 1, 4),
     (128, 128, 4, 2),
     (128, 128, 2, 4),
     (256, 128, 4, 2),
-    (128, 256, 2, 4),
 )
 # (bk, stages, frag_bufs) of the searched pipelines
-TUNE_PIPES = ((32, 4, 1), (32, 4, 2), (64, 2, 1), (64, 3, 1), (64, 3, 2), (64, 4, 1))
+TUNE_PIPES = ((32, 4, 2), (64, 2, 1), (64, 3, 1), (64, 3, 2), (64, 4, 2))
 
 
 def tile_candidates(
@@ -271,7 +290,13 @@ class IgemmSolver(TunableSolver):
             return False
         if config["split_k"] > self.reduction_tiles(problem, config):
             return False  # slices with nothing to sum
-        return self.smem_bytes(config) <= smem_limit(ctx)
+        return self.launch_smem(ctx, config) <= smem_limit(ctx)
+
+    def launch_smem(self, ctx, config: dict[str, int]) -> int:
+        """Dynamic shared memory of the GEMM kernel: the kernel's own (``smem_bytes``), or a
+        cluster split's partial tile where that is larger."""
+        own = self.smem_bytes(config)
+        return max(own, cluster_tile_bytes(config)) if cluster_split(ctx, config) else own
 
     def default_with_small_grid(
         self, ctx, problem: ConvProblem, chain: list[dict], grid_blocks: Callable[[ConvProblem, dict], int]
@@ -289,9 +314,38 @@ class IgemmSolver(TunableSolver):
             return dict(valid[1])
         return dict(valid[0])
 
+    def cluster_default_split(
+        self,
+        ctx,
+        problem: ConvProblem,
+        config: dict[str, int],
+        grid_blocks: Callable[[ConvProblem, dict], int],
+    ) -> int:
+        """The split a default config gets: where the device has clusters and the unsplit grid
+        has fewer than SMALL_GRID_PER_CU blocks per multiprocessor, the largest cluster split
+        (at most MAX_CLUSTER) whose grid keeps to SPLIT_BLOCKS_PER_CU blocks per multiprocessor
+        and whose slices keep MIN_SLICE_TILES pipeline steps; else 1."""
+        cus = compute_units(ctx)
+        blocks = grid_blocks(problem, {**config, "split_k": 1})
+        if blocks >= SMALL_GRID_PER_CU * cus:
+            return 1
+        best = 1
+        for split in self.domain["split_k"]:
+            candidate = {**config, "split_k": split}
+            if (
+                1 < split <= MAX_CLUSTER
+                and cluster_split(ctx, candidate)
+                and blocks * split <= SPLIT_BLOCKS_PER_CU * cus
+                and self.reduction_tiles(problem, config) >= split * MIN_SLICE_TILES
+                and self.is_valid_config(ctx, problem, candidate)
+            ):
+                best = split
+        return best
+
     # ---- program ---------------------------------------------------------------------------------
     def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
-        return self.workspace_bytes(problem, config or self.default_config(ctx, problem))
+        config = config or self.default_config(ctx, problem)
+        return 0 if cluster_split(ctx, config) else self.workspace_bytes(problem, config)
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         if config is None:
@@ -299,6 +353,17 @@ class IgemmSolver(TunableSolver):
         elif not self.is_valid_config(ctx, problem, config):
             raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
         specs = self.kernel_specs(problem, config)
+        if cluster_split(ctx, config):  # the GEMM kernel alone, its slices one cluster per tile
+            first = specs[0]
+            gemm = KernelSpec(
+                first.file,
+                first.name,
+                {**dict(first.defines), "IG_CLUSTER": 1},
+                first.global_size,
+                first.local_size,
+            )
+            args = (*(Tensor(role) for role in (*self.reads, self.writes)), None)
+            return Program((Launch(gemm, args, shared_mem=self.launch_smem(ctx, config)),))
         split = config["split_k"] > 1
         partials = Workspace() if split else None
         a, b = self.reads
@@ -306,7 +371,7 @@ class IgemmSolver(TunableSolver):
             Launch(
                 specs[0],
                 (Tensor(a), Tensor(b), Tensor(self.writes), partials),
-                shared_mem=self.smem_bytes(config),
+                shared_mem=self.launch_smem(ctx, config),
             )
         ]
         if split:

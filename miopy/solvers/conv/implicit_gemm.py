@@ -90,8 +90,8 @@ class ConvIgemmFwdNhwc(IgemmSolver):
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """DEFAULT_NARROW for K <= 64, DEFAULT_SHORT for a reduction of at most 128 taps, else
         DEFAULT_WIDE; DEFAULT_SMALL_GRID where that grid has fewer than SMALL_GRID_PER_CU blocks
-        per multiprocessor; FALLBACKS where shared memory is short. No split reduction (tuning
-        may choose one)."""
+        per multiprocessor, split in a cluster where that grid is still small
+        (cluster_default_split); FALLBACKS where shared memory is short."""
         k, c, r, s = problem.w.lens
         if k <= 64:
             first = DEFAULT_NARROW
@@ -99,9 +99,11 @@ class ConvIgemmFwdNhwc(IgemmSolver):
             first = DEFAULT_SHORT
         else:
             first = DEFAULT_WIDE
-        return self.default_with_small_grid(
+        config = self.default_with_small_grid(
             ctx, problem, [first, DEFAULT_SMALL_GRID, *FALLBACKS], grid_blocks
         )
+        config["split_k"] = self.cluster_default_split(ctx, problem, config, grid_blocks)
+        return config
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs of the curated block shapes and pipelines (igemm_common.TUNE_TILES,

@@ -108,7 +108,8 @@ class ConvIgemmBwdNhwc(IgemmSolver):
         """ConvIgemmFwdNhwc's choice for the GEMM of one phase (N = C, the reduction K times the
         phase's taps): DEFAULT_NARROW for C <= 64, DEFAULT_SHORT for a reduction of at most 128,
         else DEFAULT_WIDE; DEFAULT_SMALL_GRID where the grid has fewer than SMALL_GRID_PER_CU
-        blocks per multiprocessor; FALLBACKS where shared memory is short. No split."""
+        blocks per multiprocessor, split in a cluster where that grid is still small
+        (cluster_default_split); FALLBACKS where shared memory is short."""
         k, c, r, s = problem.w.lens
         rstep, sstep = phase_steps(problem)
         if c <= 64:
@@ -117,9 +118,11 @@ class ConvIgemmBwdNhwc(IgemmSolver):
             first = DEFAULT_SHORT
         else:
             first = DEFAULT_WIDE
-        return self.default_with_small_grid(
+        config = self.default_with_small_grid(
             ctx, problem, [first, DEFAULT_SMALL_GRID, *FALLBACKS], grid_blocks
         )
+        config["split_k"] = self.cluster_default_split(ctx, problem, config, grid_blocks)
+        return config
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """As ConvIgemmFwdNhwc's: the curated shapes no wider than the next power of two of C
