@@ -161,6 +161,9 @@ def main() -> int:
     started = datetime.datetime.now(datetime.UTC)
     basename = Handle("cuda").db_basename
 
+    record_path = Path(args.out) / f"{basename}.txt"
+    earlier = record_path.read_text().splitlines() if record_path.exists() else []
+
     def done(rows: list[str]) -> None:  # the DB and its record after each problem
         dst = install(scratch, Path(args.out), basename)
         record = [
@@ -168,11 +171,14 @@ def main() -> int:
             f"made {started:%Y-%m-%d %H:%M} UTC by miopy {miopy.__version__} with",
             f"  python scripts/tune_igemm_db.py --dtypes {args.dtypes} --layers {args.layers}",
             "(engine.tune, exhaustive over each implicit-GEMM solver's search space, L2 flushed before",
-            "each timed run; the layers are lines of benchmarks/resnet50.txt in NHWC, every direction)",
+            "each timed run; the layers are lines of benchmarks/resnet50.txt in NHWC, every direction;",
+            "'default' is the solver's default config of that version)",
             "",
             *rows[1:],
         ]
-        (Path(args.out) / f"{basename}.txt").write_text("\n".join(record) + "\n")
+        if earlier:  # the records of earlier runs stay in the DB where not tuned again
+            record += ["", "An earlier run into the same file:", *(f"  {line}" for line in earlier)]
+        record_path.write_text("\n".join(record) + "\n")
 
     log_path = Path(args.log) if args.log else None
     if log_path is not None:

@@ -25,6 +25,7 @@ from miopy.solvers.conv.implicit_gemm import (
     DEFAULT_NARROW,
     DEFAULT_SHORT,
     DEFAULT_SMALL_GRID,
+    DEFAULT_TINY_GRID,
     DEFAULT_WIDE,
     PREFERRED,
     ConvIgemmFwdNhwc,
@@ -131,9 +132,11 @@ def test_default_config_follows_the_problem():
     assert wide == DEFAULT_WIDE and narrow == DEFAULT_NARROW and short == DEFAULT_SHORT
     assert (wide["bm"], wide["bn"], wide["split_k"]) == (128, 64, 1)
     assert grid_blocks(RESNET[3], DEFAULT_WIDE) < 2 * 132
-    # 200 tiles of 64 x 64: split in two inside a cluster (400 blocks, at most 4 per SM)
-    assert tiny == {**DEFAULT_SMALL_GRID, "split_k": 2} and grid_blocks(RESNET[3], tiny) == 200
-    assert SOLVER.default_config(fake_ctx(arch="sm_80"), RESNET[3]) == DEFAULT_SMALL_GRID  # no clusters
+    # 200 tiles of 64 x 64 are still fewer than 2 per SM: 100 of 64 x 128, split in two in a cluster
+    assert grid_blocks(RESNET[3], DEFAULT_SMALL_GRID) == 200
+    assert tiny == {**DEFAULT_TINY_GRID, "split_k": 2} and grid_blocks(RESNET[3], tiny) == 100
+    assert SOLVER.default_config(fake_ctx(arch="sm_80"), RESNET[3]) == DEFAULT_TINY_GRID  # no clusters
+    assert SOLVER.default_config(CTX, RESNET[2]) == DEFAULT_SMALL_GRID  # 14x14: 392 tiles of 64 x 64
     assert SOLVER.default_config(fake_ctx(compute_units=8), RESNET[3]) == DEFAULT_WIDE
     small_smem = fake_ctx(smem=16384)
     cfg = SOLVER.default_config(small_smem, RESNET[0])

@@ -22,8 +22,8 @@ from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv import implicit_gemm_bwd as bwd
 from miopy.solvers.conv import implicit_gemm_wrw as wrw
 from miopy.solvers.conv.igemm_common import FIELDS
-from miopy.solvers.conv.implicit_gemm import DEFAULT_NARROW, DEFAULT_SMALL_GRID, DEFAULT_WIDE
-from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
+from miopy.solvers.conv.implicit_gemm import DEFAULT_SMALL_GRID, DEFAULT_TINY_GRID
+from miopy.solvers.conv.implicit_gemm_bwd import DEFAULT_NARROW, DEFAULT_WIDE, ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.tensor import TensorDesc
 
@@ -116,9 +116,11 @@ def test_bwd_defaults_follow_the_problem():
     layers = resnet("B")
     assert BWD.default_config(CTX, layers[0]) == DEFAULT_NARROW  # C = 64
     assert BWD.default_config(CTX, layers[1]) == DEFAULT_WIDE  # C = 128, 3x3 x K = 128
-    # 7x7 images: a small grid, split in two in a cluster (no clusters on sm_80)
-    assert BWD.default_config(CTX, layers[3]) == {**DEFAULT_SMALL_GRID, "split_k": 2}
-    assert BWD.default_config(fake_ctx(arch="sm_80"), layers[3]) == DEFAULT_SMALL_GRID
+    assert DEFAULT_WIDE["frag_bufs"] == 2  # double-buffered fragments, unlike the forward default
+    assert BWD.default_config(CTX, layers[2]) == DEFAULT_SMALL_GRID  # 14x14: 392 tiles of 64 x 64
+    # 7x7 images: 200 tiles of 64 x 64 are still a small grid: 64 x 128, split in two in a cluster
+    assert BWD.default_config(CTX, layers[3]) == {**DEFAULT_TINY_GRID, "split_k": 2}
+    assert BWD.default_config(fake_ctx(arch="sm_80"), layers[3]) == DEFAULT_TINY_GRID
     # stride 2, dilation 1: 4 phases, each with at most 2 x 2 of the 3 x 3 taps
     assert bwd.phase_steps(layers[5]) == (2, 2)
     assert bwd.max_k_tiles(layers[5], DEFAULT_WIDE) == 4 * 2
@@ -136,7 +138,8 @@ def test_wrw_defaults_fill_the_device():
         k, c, r, s = problem.w.lens
         assert config["bm"] == (64 if k <= 64 < r * s * c else 128)
     first = WRW.default_config(CTX, resnet("W")[0])  # 64 x 576 dw, 100352 pixels: a long split
-    assert first["split_k"] == 24 and wrw.tiles(resnet("W")[0], first) == 5  # 120 blocks: one wave
+    # 9 tiles of 64 x 64: 12 slices (108 blocks) are short of a wave, 24 give 1.6 blocks per SM
+    assert first["split_k"] == 24 and wrw.tiles(resnet("W")[0], first) == 9
     wide = WRW.default_config(CTX, resnet("W")[2])  # 256 x 2304: 72 tiles, one wave is short
     assert wrw.tiles(resnet("W")[2], wide) == 72 and wide["split_k"] == 3
     assert WRW.default_config(fake_ctx(compute_units=2), resnet("W")[3])["split_k"] == 1
@@ -204,13 +207,13 @@ def test_wrw_launch_geometry():
     main, reduce = program.kernels
     assert program.steps[0].args == (Tensor("x"), Tensor("y"), Tensor("w"), Workspace())
     assert program.steps[1].args == (Workspace(), Tensor("w"))
-    assert main.global_size == (5 * 128, 24) and main.local_size == (128, 1)
+    assert main.global_size == (9 * 128, 24) and main.local_size == (128, 1)
     assert reduce.name == "igemm_wrw_splitk_reduce" and reduce.global_size[0] >= 64 * 576 // 8
     assert program.workspace == 24 * 64 * 576 * 4
     one = {**config, "split_k": 1}
     program = WRW.get_program(CTX, problem, one)
     assert len(program.steps) == 1 and program.workspace == 0 and program.steps[0].args[3] is None
-    assert program.steps[0].shared_mem == wrw.smem_bytes(one) == 3 * 192 * 64 * 2
+    assert program.steps[0].shared_mem == wrw.smem_bytes(one) == 4 * 128 * 64 * 2
 
 
 @support.needs_nvrtc

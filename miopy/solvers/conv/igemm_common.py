@@ -39,6 +39,9 @@ REDUCE_THREADS = 256  # the work-group of the split-K sum kernels
 MIN_SLICE_TILES = 8  # pipeline steps of each slice of a split reduction, at least (search space)
 SMALL_GRID_PER_CU = 2  # fewer blocks than this per multiprocessor: the small-grid default
 SPLIT_BLOCKS_PER_CU = 4  # a small grid's default cluster split aims at no more blocks per SM than this
+# the largest split a default takes: on the H200 a cluster of 2 won on the 7x7 and 14x14 ResNet
+# layers, 3 and 4 lost to it by 10-40% (2026-11-22, scripts/tune_igemm_db.py --log)
+MAX_DEFAULT_SPLIT = 2
 MAX_CLUSTER = 8  # the most blocks of a portable thread-block cluster (sm_90)
 CLUSTER_ARCH = 90  # thread-block clusters and distributed shared memory from sm_90 on
 
@@ -314,6 +317,26 @@ class IgemmSolver(TunableSolver):
             return dict(valid[1])
         return dict(valid[0])
 
+    def small_grid_default(
+        self,
+        ctx,
+        problem: ConvProblem,
+        chain: list[dict],
+        tiny: dict[str, int],
+        width: int,
+        grid_blocks: Callable[[ConvProblem, dict], int],
+    ) -> dict[str, Any]:
+        """default_with_small_grid's choice of ``chain``; where that is the small-grid choice
+        (chain[1]) and its grid is still short of SMALL_GRID_PER_CU blocks per multiprocessor,
+        ``tiny`` for outputs at least 128 wide (``width``) where it is valid; then
+        cluster_default_split's split."""
+        config = self.default_with_small_grid(ctx, problem, chain, grid_blocks)
+        small = grid_blocks(problem, config) < SMALL_GRID_PER_CU * compute_units(ctx)
+        if config == chain[1] and small and width >= 128 and self.is_valid_config(ctx, problem, tiny):
+            config = dict(tiny)
+        config["split_k"] = self.cluster_default_split(ctx, problem, config, grid_blocks)
+        return config
+
     def cluster_default_split(
         self,
         ctx,
@@ -323,7 +346,7 @@ class IgemmSolver(TunableSolver):
     ) -> int:
         """The split a default config gets: where the device has clusters and the unsplit grid
         has fewer than SMALL_GRID_PER_CU blocks per multiprocessor, the largest cluster split
-        (at most MAX_CLUSTER) whose grid keeps to SPLIT_BLOCKS_PER_CU blocks per multiprocessor
+        (at most MAX_DEFAULT_SPLIT) whose grid keeps to SPLIT_BLOCKS_PER_CU blocks per multiprocessor
         and whose slices keep MIN_SLICE_TILES pipeline steps; else 1."""
         cus = compute_units(ctx)
         blocks = grid_blocks(problem, {**config, "split_k": 1})
@@ -333,7 +356,7 @@ class IgemmSolver(TunableSolver):
         for split in self.domain["split_k"]:
             candidate = {**config, "split_k": split}
             if (
-                1 < split <= MAX_CLUSTER
+                1 < split <= min(MAX_CLUSTER, MAX_DEFAULT_SPLIT)
                 and cluster_split(ctx, candidate)
                 and blocks * split <= SPLIT_BLOCKS_PER_CU * cus
                 and self.reduction_tiles(problem, config) >= split * MIN_SLICE_TILES

@@ -39,8 +39,12 @@ DEFAULT_WIDE = _cfg(128, 64, 64, 2, 2, 3)  # K > 64
 DEFAULT_NARROW = _cfg(128, 64, 64, 2, 2, 2)  # K <= 64
 DEFAULT_SHORT = _cfg(128, 128, 32, 2, 2, 3)  # K > 64 and R*S*C <= 128: one or two steps
 DEFAULT_SMALL_GRID = _cfg(64, 64, 64, 2, 2, 3, frag_bufs=2)  # fewer than 2 blocks per SM
+# still fewer than 2 per SM at 64 x 64 and K >= 128 (7x7 images): with a cluster split of 2 it
+# took the 512-channel 7x7 layer from 39 to 34 us forward and 38 to 33 us backward (H200, tuning
+# log of 2026-11-22), where 64 x 64 split in two ran 37 and 38 us
+DEFAULT_TINY_GRID = _cfg(64, 128, 64, 2, 2, 3, frag_bufs=2)
 FALLBACKS = (_cfg(32, 64, 64, 1, 2, 4), _cfg(32, 32, 32, 1, 2, 4))  # little shared memory
-PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SHORT, DEFAULT_SMALL_GRID, *FALLBACKS)
+PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SHORT, DEFAULT_SMALL_GRID, DEFAULT_TINY_GRID, *FALLBACKS)
 
 
 def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
@@ -90,8 +94,9 @@ class ConvIgemmFwdNhwc(IgemmSolver):
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """DEFAULT_NARROW for K <= 64, DEFAULT_SHORT for a reduction of at most 128 taps, else
         DEFAULT_WIDE; DEFAULT_SMALL_GRID where that grid has fewer than SMALL_GRID_PER_CU blocks
-        per multiprocessor, split in a cluster where that grid is still small
-        (cluster_default_split); FALLBACKS where shared memory is short."""
+        per multiprocessor, DEFAULT_TINY_GRID where that grid is still small and
+        K >= 128, split in a cluster where the grid is small (cluster_default_split); FALLBACKS
+        where shared memory is short."""
         k, c, r, s = problem.w.lens
         if k <= 64:
             first = DEFAULT_NARROW
@@ -99,11 +104,8 @@ class ConvIgemmFwdNhwc(IgemmSolver):
             first = DEFAULT_SHORT
         else:
             first = DEFAULT_WIDE
-        config = self.default_with_small_grid(
-            ctx, problem, [first, DEFAULT_SMALL_GRID, *FALLBACKS], grid_blocks
-        )
-        config["split_k"] = self.cluster_default_split(ctx, problem, config, grid_blocks)
-        return config
+        chain = [first, DEFAULT_SMALL_GRID, *FALLBACKS]
+        return self.small_grid_default(ctx, problem, chain, DEFAULT_TINY_GRID, k, grid_blocks)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs of the curated block shapes and pipelines (igemm_common.TUNE_TILES,
