@@ -119,3 +119,21 @@ def test_random_problems_every_solver(ocl):
             bool(rng.integers(0, 2)),
         )
         run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cross_channel_cpu_kernels(ocl, dtype):
+    """PoCL's float8 cross-channel kernels: lrn_*_planes_cpu (NCHW; pixel runs of 64 and of 8,
+    the last run overlapping) and lrn_*_channels_cpu (NHWC; blocks of 8 channels whose windows
+    stay inside, the edges and tails channel by channel), windows of 1, 4 and 5."""
+    from miopy.solvers.lrn.direct import cpu_program
+
+    rng = np.random.default_rng(23)
+    for layout, lens in [("NCHW", (2, 21, 9, 9)), ("NCHW", (1, 13, 3, 3)), ("NHWC", (2, 21, 3, 4))]:
+        x = TensorDesc(dtype, lens, layout=layout)
+        for size in (1, 4, 5):
+            for direction, save in (("F", True), ("F", False), ("B", False)):
+                p = LRNProblem.create(x, "cross", size, 0.8, 0.75, 1.3, direction, save)
+                program = cpu_program(ocl, p)
+                assert program is not None and program.steps[0].spec.name.endswith("_cpu")
+                run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))

@@ -156,3 +156,189 @@ KERNEL void lrn_bwd_direct(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t*
         STORE(dx, LRN_AT(os, n, c, h, w), g - ratio * LOAD(x, LRN_AT(xs, n, c, h, w)) * acc);
     }
 }
+
+/* Cross-channel LRN for CPU OpenCL devices (PoCL), float8 vectors (common/cpu_vec.h); every
+   tensor of the call has the same strides. Elements (n, c, p), p = h * W + w.
+   *_planes_cpu: each image's planes are contiguous (offset n sn + c sc + p, P = H W >= 8): a work
+   item takes a run of pixels of one channel and sums its window's planes along it (each plane
+   read in order: a walk along the channels with 8 pixels a work item read 32 bytes of a plane at a
+   time, 4-10x slower).
+   *_channels_cpu: channels contiguous (offset n sn + p sp + c): a work item per pixel, 8 channels
+   at a time; the window sums of blocks whose windows stay inside [0, C) are sums of shifted
+   vectors, the rest go channel by channel. */
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+#include "common/cpu_vec.h"
+
+/* s^e for normal s > 0 as 2^(e log2 s), both computed here in float8 (PoCL's vector log2 costs
+   ~4 ns an element, its exp2 ~1 ns; convert_* builtins are slow there, so integers become floats
+   through the 1.5 * 2^23 bias instead). log2: s = m 2^q, m in [sqrt(1/2), sqrt(2)),
+   ln m = 2 atanh(z), z = (m - 1) / (m + 1), |z| < 0.172, series to z^9 (truncation < 4e-10).
+   2^t: t = n + f, |f| <= 1/2, 2^f by its Taylor series to f^7 (truncation < 6e-9), n added to the
+   exponent; t is clamped at -126 (results below 2^-126 are not needed: s^e is a scale factor). */
+DEVICE_FN float8 lrn_exp2_8(float8 t)
+{
+    t = fmax(t, -126.0f);
+    const float8 big = t + 0x1.8p23f; /* n in the low bits */
+    const float8 f = t - (big - 0x1.8p23f);
+    float8 p = 1.5252734e-5f;
+    p = p * f + 1.5403530e-4f;
+    p = p * f + 1.3333558e-3f;
+    p = p * f + 9.6181291e-3f;
+    p = p * f + 5.5504109e-2f;
+    p = p * f + 2.4022651e-1f;
+    p = p * f + 6.9314718e-1f;
+    p = p * f + 1.0f;
+    return as_float8(as_int8(p) + ((as_int8(big) - 0x4b400000) << 23));
+}
+
+DEVICE_FN float8 lrn_pow8(float8 s, float e)
+{
+    const int8 i = as_int8(s);
+    const int8 q = (i - 0x3f3504f3) >> 23;
+    const float8 m = as_float8(i - (q << 23));
+    const float8 qf = as_float8(q + 0x4b400000) - 0x1.8p23f;
+    const float8 z = (m - 1.0f) / (m + 1.0f), z2 = z * z;
+    const float8 series = z2 * (1.0f / 3 + z2 * (1.0f / 5 + z2 * (1.0f / 7 + z2 * (1.0f / 9))));
+    const float8 ln_m = 2.0f * z + 2.0f * z * series;
+    return lrn_exp2_8(e * (qf + ln_m * 1.4426950408889634f));
+}
+#define LRN_POW8(s, e) lrn_pow8((s), (e))
+
+/* work item (n, pixel run, channel c), c fastest (a work-group's items share their windows in
+   cache): pixels [p0, p0 + run) of channel c, run a multiple of 8 and at most P; the last run
+   starts at P - run, overlapping its neighbour (which writes the same values) */
+#define LRN_PLANES_ITEM                                                      \
+    const i64 runs = (P + run - 1) / run;                                    \
+    const i64 t = GLOBAL_ID0;                                                \
+    if(t >= (i64)N * runs * C)                                               \
+        return;                                                              \
+    const int c = (int)(t % C);                                              \
+    const i64 nr = t / C, n = nr / runs, r = nr - n * runs;                  \
+    const i64 base = n * sn + (r * run < P - run ? r * run : P - run);
+
+KERNEL void lrn_fwd_planes_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                               GLOBAL data_t* RESTRICT scale, int N, int C, i64 P, i64 sn, i64 sc, int size,
+                               float alpha, float beta, float k, int save, int run)
+{
+    LRN_PLANES_ITEM
+    const int pad = (size - 1) / 2;
+    const int j0 = c - pad > 0 ? c - pad : 0, j1 = c - pad + size < C ? c - pad + size : C;
+    const float aon = alpha / (float)size;
+    for(int e = 0; e < run; e += 8)
+    {
+        float8 acc = (float8)(0.0f);
+        for(int j = j0; j < j1; ++j)
+        {
+            const float8 v = load_f8(x, base + j * sc + e);
+            acc += v * v;
+        }
+        const float8 s = k + aon * acc;
+        const i64 o = base + c * sc + e;
+        store_f8(y, o, load_f8(x, o) * LRN_POW8(s, -beta));
+        if(save)
+            store_f8(scale, o, s);
+    }
+}
+
+KERNEL void lrn_bwd_planes_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                               const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
+                               GLOBAL data_t* RESTRICT dx, int N, int C, i64 P, i64 sn, i64 sc, int size, float alpha,
+                               float beta, int run)
+{
+    LRN_PLANES_ITEM
+    const int pad = (size - 1) / 2, before = size - 1 - pad; /* window of c: [c - before, c + pad] */
+    const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
+    const float ratio = 2.0f * alpha * beta / (float)size;
+    for(int e = 0; e < run; e += 8)
+    {
+        float8 acc = (float8)(0.0f);
+        for(int j = j0; j < j1; ++j)
+        {
+            const i64 o = base + j * sc + e;
+            acc += load_f8(dy, o) * load_f8(y, o) / load_f8(scale, o);
+        }
+        const i64 o = base + c * sc + e;
+        const float8 g = load_f8(dy, o) * LRN_POW8(load_f8(scale, o), -beta);
+        store_f8(dx, o, g - ratio * load_f8(x, o) * acc);
+    }
+}
+
+KERNEL void lrn_fwd_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                                 GLOBAL data_t* RESTRICT scale, int N, int C, i64 P, i64 sn, i64 sp, int size,
+                                 float alpha, float beta, float k, int save)
+{
+    const i64 t = GLOBAL_ID0;
+    if(t >= (i64)N * P)
+        return;
+    const i64 n = t / P, p = t - n * P;
+    const i64 base = n * sn + p * sp;
+    const int pad = (size - 1) / 2;
+    const float aon = alpha / (float)size;
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        if(c0 - pad >= 0 && c0 + 8 - pad + size - 1 <= C) /* every window inside [0, C) */
+        {
+            float8 acc = (float8)(0.0f);
+            for(int j = c0 - pad; j < c0 - pad + size; ++j)
+            {
+                const float8 v = load_f8(x, base + j);
+                acc += v * v;
+            }
+            const float8 s = k + aon * acc;
+            store_f8(y, base + c0, load_f8(x, base + c0) * LRN_POW8(s, -beta));
+            if(save)
+                store_f8(scale, base + c0, s);
+            continue;
+        }
+        for(int c = c0; c < c0 + 8 && c < C; ++c)
+        {
+            const int j0 = c - pad > 0 ? c - pad : 0, j1 = c - pad + size < C ? c - pad + size : C;
+            float acc = 0.0f;
+            for(int j = j0; j < j1; ++j)
+            {
+                const float v = LOAD(x, base + j);
+                acc += v * v;
+            }
+            const float s = k + aon * acc;
+            STORE(y, base + c, LOAD(x, base + c) * LRN_POW(s, -beta));
+            if(save)
+                STORE(scale, base + c, s);
+        }
+    }
+}
+
+KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                                 const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
+                                 GLOBAL data_t* RESTRICT dx, int N, int C, i64 P, i64 sn, i64 sp, int size,
+                                 float alpha, float beta)
+{
+    const i64 t = GLOBAL_ID0;
+    if(t >= (i64)N * P)
+        return;
+    const i64 n = t / P, p = t - n * P;
+    const i64 base = n * sn + p * sp;
+    const int pad = (size - 1) / 2, before = size - 1 - pad;
+    const float ratio = 2.0f * alpha * beta / (float)size;
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        if(c0 - before >= 0 && c0 + 8 + pad <= C)
+        {
+            float8 acc = (float8)(0.0f);
+            for(int j = c0 - before; j <= c0 + pad; ++j)
+                acc += load_f8(dy, base + j) * load_f8(y, base + j) / load_f8(scale, base + j);
+            const float8 g = load_f8(dy, base + c0) * LRN_POW8(load_f8(scale, base + c0), -beta);
+            store_f8(dx, base + c0, g - ratio * load_f8(x, base + c0) * acc);
+            continue;
+        }
+        for(int c = c0; c < c0 + 8 && c < C; ++c)
+        {
+            const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
+            float acc = 0.0f;
+            for(int j = j0; j < j1; ++j)
+                acc += LOAD(dy, base + j) * LOAD(y, base + j) / LOAD(scale, base + j);
+            const float g = LOAD(dy, base + c) * LRN_POW(LOAD(scale, base + c), -beta);
+            STORE(dx, base + c, g - ratio * LOAD(x, base + c) * acc);
+        }
+    }
+}
+#endif

@@ -8,7 +8,7 @@ from miopy.problem.lrn import LRNMode, LRNProblem
 from miopy.problem.passes import Pass
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import grid_1d
+from miopy.solvers.launch import cpu_grid, cpu_kernels, grid_1d
 
 
 def _shape(problem: LRNProblem) -> list:
@@ -29,6 +29,44 @@ def _fwd_buffers(problem: LRNProblem) -> tuple:
     return (Tensor("x"), Tensor("y"), Tensor("scale" if problem.save_scale else "y"))
 
 
+PLANE_RUN = 64  # pixels of a plane per work item (lrn_*_planes_cpu)
+
+
+def cpu_program(ctx, problem: LRNProblem) -> Program | None:
+    """The cross-channel kernels for CPU OpenCL devices (lrn_{fwd,bwd}_{planes,channels}_cpu) when
+    every tensor of the call has the same strides with each image's planes contiguous (NCHW, H W
+    >= 8) or its channels contiguous (NHWC); else None."""
+    p = problem
+    if not cpu_kernels(ctx) or p.mode is not LRNMode.CROSS_CHANNEL or p.dtype.itemsize == 8:
+        return None
+    t = p.tensors()
+    strides = {t[r].strides for r in t}
+    if len(strides) != 1:
+        return None
+    (sn, sc, sh, sw) = strides.pop()
+    n, c, h, w = p.x.lens
+    run = min(PLANE_RUN, (h * w) // 8 * 8)
+    if sw == 1 and sh == w and h * w >= 8:
+        layout, work, inner = "planes", n * -(-(h * w) // run) * c, sc
+    elif sc == 1 and (h == 1 or sh == w * sw):
+        layout, work, inner = "channels", n * h * w, sw
+    else:
+        return None
+    forward = p.direction is Pass.FORWARD
+    kernel = f"lrn_{'fwd' if forward else 'bwd'}_{layout}_cpu"
+    spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, *cpu_grid(work))
+    shape = (np.int32(n), np.int32(c), np.int64(h * w), np.int64(sn), np.int64(inner), np.int32(p.n))
+    if forward:
+        tail = (np.float32(p.alpha), np.float32(p.beta), np.float32(p.k), np.int32(p.save_scale))
+        args = (*_fwd_buffers(p), *shape, *tail)
+    else:
+        roles = ("x", "y", "dy", "scale", "dx")
+        args = (*(Tensor(r) for r in roles), *shape, np.float32(p.alpha), np.float32(p.beta))
+    if layout == "planes":
+        args = (*args, np.int32(run))
+    return Program((Launch(spec, args),))
+
+
 class _Lrn(Solver):
     primitive = "lrn"
     algorithm = "direct"
@@ -46,6 +84,10 @@ class LrnDirect(_Lrn):
 
     def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
         p = problem
+        if p.direction is not Pass.FORWARD:  # (forward: LrnCrossSlide has the CPU kernels)
+            program = cpu_program(ctx, p)
+            if program is not None:
+                return program
         cross = np.int32(p.mode is LRNMode.CROSS_CHANNEL)
         spec_kernel = "lrn_fwd_direct" if p.direction is Pass.FORWARD else "lrn_bwd_direct"
         spec = _spec(p, spec_kernel, p.x.element_count)
@@ -90,6 +132,9 @@ class LrnCrossSlide(_Lrn):
 
     def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
         p = problem
+        program = cpu_program(ctx, p)
+        if program is not None:
+            return program
         n, _, h, w = p.x.lens
         spec = _spec(p, "lrn_fwd_cross_slide", n * h * w)
         args = (
