@@ -24,6 +24,7 @@ from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
+from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgemmFwdTf32x3
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
@@ -45,10 +46,12 @@ SOLVERS: dict[str, list[Solver]] = {
         GemmFwd1x1_0_1(),
         ConvIgemmFwdNhwc(),
         ConvIgemmPadFwdNhwc(),
+        ConvIgemmFwdTf32x3(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
         ConvIgemmBwdNhwc(),
         ConvIgemmPadBwdNhwc(),
+        ConvIgemmBwdTf32x3(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
         ConvIgemmWrwNhwc(),

@@ -1,0 +1,384 @@
+"""fp32 implicit-GEMM convolution on tensor cores with fp32 accuracy (3xTF32), CUDA only:
+ConvIgemmFwdTf32x3 (forward) and ConvIgemmBwdTf32x3 (backward data, stride 1), both on
+kernels/cuda/igemm_fwd_tf32x3.cu with kernels/cuda/layout_f32.cu for layout changes.
+
+Never plain TF32: each fp32 operand a is split on the fly into big = tf32(a) and
+small = tf32(a - big), and each product is big*big + big*small + small*big (mma.sync m16n8k8,
+fp32 accumulation), about 22 significant bits per operand where TF32 keeps 11. The error against
+the float64 reference is that of an fp32 FFMA kernel (tests/backend/test_solvers_tf32x3.py
+measures both), not TF32's (about 2^-11 of the result's scale).
+
+GEMM view (forward): M = N*Ho*Wo output pixels, N = K output channels, reduction over R*S*C
+filter taps gathered on the fly from NHWC x. Backward data with stride 1 is the forward
+convolution of dy with the filter transposed (C outputs, K inputs) and flipped, padding
+dilation*(R-1) - pad. The kernel reads NHWC activations and a [O][R][S][I] filter: NCHW tensors
+are transposed into the workspace first (and the NCHW output back), a filter in any other order
+(or flipped, backward) is repacked there. fp32, groups = 1, C and K multiples of 4, every tensor
+under 2^31 elements, any stride, padding and dilation forward.
+
+The config is the block tile (``bm`` x ``bn`` outputs, ``bk`` reduction floats per pipeline
+stage), the warp grid (``warps_m`` x ``warps_n``), the cp.async pipeline depth (``stages``) and
+the split of the reduction (``split_k``: fp32 partial sums in the workspace, then a sum kernel)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from miopy.errors import bad
+from miopy.problem.conv import ConvProblem, Direction
+from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
+from miopy.solvers.base import TunableSolver
+from miopy.solvers.conv.igemm_common import compute_units, is_nhwc, smem_limit
+from miopy.tensor import DataType, packed_strides
+
+DOMAIN: dict[str, tuple[int, ...]] = {
+    "bm": (32, 64, 128, 256),  # GEMM rows (output pixels) per block
+    "bn": (32, 64, 128, 256),  # GEMM columns (output channels) per block
+    "bk": (16, 32),  # reduction floats per pipeline stage
+    "warps_m": (1, 2, 4),
+    "warps_n": (1, 2, 4),
+    "stages": (2, 3, 4, 5),
+    "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction (fp32 partials, then a sum)
+}
+FIELDS = tuple(DOMAIN)
+MAX_WARP_OUTPUTS = 64 * 64  # fp32 accumulators per warp (128 per thread) at most
+MIN_THREADS, MAX_THREADS = 64, 256
+INT32_MAX = 2**31 - 1
+ALIGN = 256  # bytes: where each workspace region starts
+SUM_THREADS = 256  # the work-group of the split-K sum
+MIN_SLICE_TILES = 8  # pipeline steps of each slice of a split reduction, at least (search space)
+
+
+def tile_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, split_k: int = 1) -> dict:
+    return {
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "warps_m": warps_m,
+        "warps_n": warps_n,
+        "stages": stages,
+        "split_k": split_k,
+    }
+
+
+# default_config's choices (see default_config)
+DEFAULT_WIDE = tile_config(128, 128, 32, 2, 4, 3)  # K > 64
+DEFAULT_NARROW = tile_config(128, 64, 32, 4, 2, 3)  # K <= 64
+DEFAULT_SMALL_GRID = tile_config(64, 64, 32, 2, 2, 4)  # fewer than 2 blocks per SM
+FALLBACKS = (tile_config(64, 32, 16, 2, 1, 3), tile_config(32, 32, 16, 1, 2, 2))  # little shared memory
+PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SMALL_GRID, *FALLBACKS)
+SMALL_GRID_PER_CU = 2
+
+
+def threads(config: dict[str, int]) -> int:
+    return config["warps_m"] * config["warps_n"] * 32
+
+
+def smem_bytes(config: dict[str, int]) -> int:
+    """Dynamic shared memory of the GEMM kernel: its pipeline stages of A and B tiles."""
+    return config["stages"] * (config["bm"] + config["bn"]) * config["bk"] * 4
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """The forward convolution the kernel runs: NHWC input n x h x w x c, filter k x r x s x c,
+    NHWC output n x p x q x k."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    p: int
+    q: int
+    pads: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+
+    @property
+    def rows(self) -> int:
+        return self.n * self.p * self.q
+
+    @property
+    def taps(self) -> int:
+        return self.r * self.s * self.c
+
+    def defines(self, config: dict[str, int]) -> dict[str, int]:
+        shape = {
+            "N": self.n, "C": self.c, "H": self.h, "W": self.w, "K": self.k, "R": self.r, "S": self.s,
+            "P": self.p, "Q": self.q, "PH": self.pads[0], "PW": self.pads[1], "SH": self.strides[0],
+            "SW": self.strides[1], "DH": self.dilations[0], "DW": self.dilations[1],
+        }  # fmt: skip
+        out = {"MIOPY_DTYPE": DataType.FP32.code}
+        out.update({f"TX_{name}": int(v) for name, v in shape.items()})
+        out.update({f"TX_{f.upper()}": config[f] for f in FIELDS})
+        return out
+
+
+def gemm_shape(problem: ConvProblem) -> GemmShape:
+    """The forward convolution of a conv-view problem: itself forward; backward data (stride 1)
+    the convolution of dy with the transposed, flipped filter."""
+    n, c, h, w = problem.x.lens
+    k, _, r, s = problem.w.lens
+    _, _, p, q = problem.y.lens
+    dil = tuple(problem.conv.dilations)
+    if problem.direction is Direction.FORWARD:
+        return GemmShape(n, c, h, w, k, r, s, p, q, tuple(problem.pads), tuple(problem.conv.strides), dil)
+    pads = (dil[0] * (r - 1) - problem.pads[0], dil[1] * (s - 1) - problem.pads[1])
+    return GemmShape(n, k, p, q, c, r, s, h, w, pads, (1, 1), dil)
+
+
+def k_tiles(shape: GemmShape, config: dict[str, int]) -> int:
+    return -(-shape.taps // config["bk"])
+
+
+def grid_blocks(shape: GemmShape, config: dict[str, int]) -> int:
+    return -(-shape.rows // config["bm"]) * -(-shape.k // config["bn"])
+
+
+def _packed(desc, layout: str) -> bool:
+    return tuple(desc.strides) == packed_strides(tuple(desc.lens), layout)
+
+
+def _align(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _grid(items: int, local: int = SUM_THREADS) -> tuple[tuple[int], tuple[int]]:
+    return (-(-items // local) * local,), (local,)
+
+
+class _Tf32x3Solver(TunableSolver):
+    algorithm = "implicit_gemm"
+    max_elements = INT32_MAX
+    direction: ClassVar[Direction]
+    reads: ClassVar[tuple[str, str]]  # (activation read, filter)
+    writes: ClassVar[str]
+
+    # ---- applicability ---------------------------------------------------------------------------
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        backend = getattr(ctx, "backend_name", None)
+        if backend != "cuda":
+            return f"backend is {backend}, not cuda"
+        if problem.direction is not self.direction:
+            return f"direction is {problem.direction.name}"
+        if problem.spatial_dims != 2:
+            return "3-d convolution"
+        if problem.dtype is not DataType.FP32:
+            return f"dtype is {problem.dtype.value}, not FP32"
+        if problem.conv.groups != 1:
+            return f"groups={problem.conv.groups}"
+        for role in ("x", "y", "w"):
+            desc = getattr(problem, role)
+            if not (_packed(desc, "NHWC") or _packed(desc, "NCHW")):
+                return f"{role} is neither packed NHWC nor packed NCHW"
+        c, k = problem.x.lens[1], problem.w.lens[0]
+        if c % 4 or k % 4:
+            return f"C={c} and K={k} must be multiples of 4"
+        if self.direction is Direction.BACKWARD_DATA:
+            if tuple(problem.conv.strides) != (1, 1):
+                return f"strides {tuple(problem.conv.strides)}: backward data needs stride 1"
+            if min(gemm_shape(problem).pads) < 0:
+                return "padding larger than dilation * (filter - 1)"
+        return None
+
+    # ---- configs ---------------------------------------------------------------------------------
+    def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
+        """Exactly DOMAIN's fields with values from it, warp tiles of whole 16 x 16 fragments
+        with at most MAX_WARP_OUTPUTS accumulators, 64 to 256 threads (no more than the device
+        allows), tiles every thread copies evenly, shared memory within the device's limit and
+        no more slices of the reduction than it has pipeline steps."""
+        if not isinstance(config, dict) or set(config) != set(DOMAIN):
+            return False
+        for key, value in config.items():
+            if type(value) is not int or value not in DOMAIN[key]:
+                return False
+        if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
+            return False
+        wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
+        if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+            return False
+        t = threads(config)
+        info = getattr(ctx, "info", None)
+        max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
+        if not MIN_THREADS <= t <= max_threads:
+            return False
+        chunks = config["bk"] // 4
+        if (config["bm"] * chunks) % t or (config["bn"] * chunks) % t:
+            return False
+        if config["split_k"] > k_tiles(gemm_shape(problem), config):
+            return False
+        return smem_bytes(config) <= smem_limit(ctx)
+
+    def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
+        """DEFAULT_NARROW for K <= 64 (output channels of the GEMM), else DEFAULT_WIDE;
+        DEFAULT_SMALL_GRID where that grid has fewer than SMALL_GRID_PER_CU blocks per
+        multiprocessor; FALLBACKS where shared memory is short. No split."""
+        shape = gemm_shape(problem)
+        first = DEFAULT_NARROW if shape.k <= 64 else DEFAULT_WIDE
+        chain = [first, DEFAULT_SMALL_GRID, *FALLBACKS]
+        valid = [cfg for cfg in chain if self.is_valid_config(ctx, problem, cfg)]
+        if not valid:
+            return dict(chain[-1])
+        small = grid_blocks(shape, first) < SMALL_GRID_PER_CU * compute_units(ctx)
+        if valid[0] is first and small and len(valid) > 1:
+            return dict(valid[1])
+        return dict(valid[0])
+
+    def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
+        """Valid configs with blocks no wider than the next power of two of the GEMM's columns
+        (at least 32), 128 threads or more for tiles of 64 x 64 and up, and splits of the
+        reduction only where the unsplit grid has fewer than 2 blocks per multiprocessor and
+        each slice keeps MIN_SLICE_TILES pipeline steps."""
+        shape = gemm_shape(problem)
+        cap_n = max(32, 1 << (shape.k - 1).bit_length())
+        cus = compute_units(ctx)
+        out = []
+        for config in _candidates(cap_n):
+            split = config["split_k"]
+            if split > 1 and (
+                grid_blocks(shape, config) >= 2 * cus or k_tiles(shape, config) < split * MIN_SLICE_TILES
+            ):
+                continue
+            if self.is_valid_config(ctx, problem, config):
+                out.append(config)
+        return out or [self.default_config(ctx, problem)]
+
+    # ---- program ---------------------------------------------------------------------------------
+    def _layout(self, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
+        """Workspace regions (byte offsets; -1: not needed) and the total: the NHWC input, the
+        packed filter, the NHWC output and the split's partial sums."""
+        shape = gemm_shape(problem)
+        act, _ = self.reads
+        regions, end = {}, 0
+        sizes = {
+            "in": 0 if is_nhwc(getattr(problem, act)) else shape.n * shape.h * shape.w * shape.c,
+            "filter": 0 if self._filter_as_is(problem) else shape.k * shape.taps,
+            "out": 0 if is_nhwc(getattr(problem, self.writes)) else shape.rows * shape.k,
+            "part": 0 if config["split_k"] == 1 else config["split_k"] * shape.rows * shape.k,
+        }
+        for name, elements in sizes.items():
+            regions[name] = end if elements else -1
+            end += _align(elements * 4)
+        regions["total"] = end
+        return regions
+
+    def _filter_as_is(self, problem: ConvProblem) -> bool:
+        return self.direction is Direction.FORWARD and is_nhwc(problem.w)
+
+    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
+        return self._layout(problem, config or self.default_config(ctx, problem))["total"]
+
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
+        if config is None:
+            config = self.default_config(ctx, problem)
+        elif not self.is_valid_config(ctx, problem, config):
+            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        shape = gemm_shape(problem)
+        regions = self._layout(problem, config)
+        act, _ = self.reads
+        steps: list[Step] = []
+
+        def operand(name: str, role: str) -> tuple[Any, np.int64]:
+            if regions[name] < 0:
+                return Tensor(role), np.int64(0)
+            return Workspace(), np.int64(regions[name] // 4)
+
+        if regions["in"] >= 0:  # NCHW -> NHWC: per image, C rows of H*W
+            steps.append(
+                _transpose(
+                    Tensor(act), 0, Workspace(), regions["in"] // 4, shape.n, shape.c, shape.h * shape.w
+                )
+            )
+        if regions["filter"] >= 0:
+            steps.append(self._repack(problem, regions["filter"] // 4))
+        defines = shape.defines(config)
+        local = threads(config)
+        split = config["split_k"]
+        gemm = KernelSpec(
+            "igemm_fwd_tf32x3",
+            "igemm_fwd_tf32x3",
+            defines,
+            (grid_blocks(shape, config) * local, split),
+            (local, 1),
+        )
+        out = operand("out", self.writes)
+        part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
+        args = (*operand("in", act), *operand("filter", "w"), *out, *part)
+        steps.append(Launch(gemm, args, shared_mem=smem_bytes(config)))
+        if split > 1:
+            total = shape.rows * shape.k
+            global_size, local_size = _grid(total // 4)
+            spec = KernelSpec("igemm_fwd_tf32x3", "tf32x3_splitk_sum", defines, global_size, local_size)
+            steps.append(Launch(spec, (*part, *out)))
+        if regions["out"] >= 0:  # NHWC -> NCHW: per image, P*Q rows of K
+            steps.append(
+                _transpose(
+                    Workspace(),
+                    regions["out"] // 4,
+                    Tensor(self.writes),
+                    0,
+                    shape.n,
+                    shape.p * shape.q,
+                    shape.k,
+                )
+            )
+        return Program(tuple(steps), regions["total"], {"precision": "3xtf32"})
+
+    def _repack(self, problem: ConvProblem, dst: int) -> Launch:
+        """The filter into the workspace as [O][R][S][I]: forward O = K, I = C as it lies;
+        backward data O = C, I = K, taps flipped."""
+        k, c, r, s = problem.w.lens
+        sk, sc, sr, ss = problem.w.strides
+        if self.direction is Direction.FORWARD:
+            o_n, i_n, o_stride, i_stride, flip = k, c, sk, sc, 0
+        else:
+            o_n, i_n, o_stride, i_stride, flip = c, k, sc, sk, 1
+        spec_global, spec_local = _grid(k * c * r * s)
+        spec = KernelSpec("layout_f32", "filter_repack_f32", {"MIOPY_DTYPE": 0}, spec_global, spec_local)
+        args = (
+            Tensor("w"), Workspace(), np.int64(dst),
+            *(np.int32(v) for v in (o_n, i_n, r, s)),
+            *(np.int64(v) for v in (o_stride, i_stride, sr, ss)),
+            np.int32(flip),
+        )  # fmt: skip
+        return Launch(spec, args)
+
+
+def _transpose(src, src_off: int, dst, dst_off: int, batches: int, rows: int, cols: int) -> Launch:
+    """layout_f32's transpose_f32: ``batches`` packed rows x cols matrices to cols x rows."""
+    global_size = (-(-cols // 32) * 32, -(-rows // 32) * 8, batches)
+    spec = KernelSpec("layout_f32", "transpose_f32", {"MIOPY_DTYPE": 0}, global_size, (32, 8, 1))
+    args = (src, np.int64(src_off), dst, np.int64(dst_off), np.int32(rows), np.int32(cols))
+    return Launch(spec, args)
+
+
+def _candidates(cap_n: int) -> Iterator[dict[str, int]]:
+    for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
+        config = dict(zip(FIELDS, values))
+        if config["bn"] > cap_n:
+            continue
+        if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
+            continue
+        yield config
+
+
+class ConvIgemmFwdTf32x3(_Tf32x3Solver):
+    name = "ConvIgemmFwdTf32x3"
+    id = 204  # no MIOpen counterpart; outside the range of its solver ids
+    direction = Direction.FORWARD
+    reads, writes = ("x", "w"), "y"
+
+
+class ConvIgemmBwdTf32x3(_Tf32x3Solver):
+    name = "ConvIgemmBwdTf32x3"
+    id = 205
+    direction = Direction.BACKWARD_DATA
+    reads, writes = ("y", "w"), "x"  # backward data: dy is role y (read), dx is role x (written)
