@@ -33,6 +33,9 @@ from miopy.solvers.conv.implicit_gemm_tf32x3 import (  # noqa: E402
     smem_bytes,
     tile_config,
 )
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3  # noqa: E402
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import grid_blocks as wrw_blocks  # noqa: E402
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import smem_bytes as wrw_smem  # noqa: E402
 from miopy.tensor import TensorDesc  # noqa: E402
 
 BATCH, SETS = 32, 3
@@ -54,6 +57,12 @@ SWEEP = [
     tile_config(64, 64, 32, 2, 2, 4, 4),
     tile_config(128, 64, 32, 4, 2, 3, 2),
     tile_config(128, 128, 32, 2, 4, 3, 2),
+]
+WRW_SWEEP = [
+    {"bm": 64, "bn": 64, "bk": 32, "warps_m": 2, "warps_n": 2, "stages": 4},
+    {"bm": 128, "bn": 64, "bk": 32, "warps_m": 2, "warps_n": 2, "stages": 3},
+    {"bm": 64, "bn": 128, "bk": 32, "warps_m": 2, "warps_n": 2, "stages": 3},
+    {"bm": 128, "bn": 128, "bk": 32, "warps_m": 2, "warps_n": 2, "stages": 3},
 ]
 
 
@@ -79,7 +88,8 @@ def main() -> int:
         flops = 2.0 * BATCH * hw * hw * k * c * 9
         for layout in ("NHWC", "NCHW"):
             xs, w, dys = tensors(c, hw, k, layout)
-            for direction, solver in (("F", ConvIgemmFwdTf32x3()), ("B", ConvIgemmBwdTf32x3())):
+            solvers = (("F", ConvIgemmFwdTf32x3()), ("B", ConvIgemmBwdTf32x3()), ("W", ConvIgemmWrwTf32x3()))
+            for direction, solver in solvers:
                 problem = ConvProblem.create(
                     TensorDesc("fp32", (BATCH, c, hw, hw), layout=layout),
                     TensorDesc("fp32", (k, c, 3, 3), layout=layout),
@@ -91,6 +101,16 @@ def main() -> int:
                     cudnn = device_us([functools.partial(F.conv2d, x, w, padding=1) for x in xs])
                     ins = [{"x": be.wrap(x), "w": be.wrap(w)} for x in xs]
                     out_role = "y"
+                elif direction == "W":
+                    refs = [
+                        torch.nn.grad.conv2d_weight(xs[i], w.shape, dys[i], padding=1) for i in range(SETS)
+                    ]
+                    refs = [r.to(memory_format=w_format(layout)) for r in refs]
+                    calls = [functools.partial(torch.nn.grad.conv2d_weight, xs[i], w.shape, dys[i], padding=1)
+                             for i in range(SETS)]  # fmt: skip
+                    cudnn = device_us(calls)
+                    ins = [{"x": be.wrap(xs[i]), "y": be.wrap(dys[i])} for i in range(SETS)]
+                    out_role = "w"
                 else:
                     shape = (BATCH, c, hw, hw)
                     refs = [torch.ops.aten.convolution_backward(
@@ -109,9 +129,22 @@ def main() -> int:
                     configs += [
                         cfg for cfg in SWEEP if cfg != default and solver.is_valid_config(handle, view, cfg)
                     ]
+                if args.configs == "all" and direction == "W" and layout == "NHWC":
+                    more = [{**default, "split_k": default["split_k"] * f} for f in (2, 4)]
+                    more += [{**default, "split_k": max(1, default["split_k"] // 2)}]
+                    more += [{**cfg, "split_k": default["split_k"]} for cfg in WRW_SWEEP]
+                    configs += [
+                        cfg for cfg in more if cfg != default and solver.is_valid_config(handle, view, cfg)
+                    ]
                 sols = compile_all(handle, [make_solution(handle, problem, solver, cfg) for cfg in configs])
 
-                def facts(sol, view=view):
+                def facts(sol, view=view, direction=direction):
+                    if direction == "W":
+                        blocks = wrw_blocks(view, sol.config) * sol.config["split_k"]
+                        return {
+                            "blocks": blocks,
+                            **kernel_facts_gemm(handle, sol, "igemm_wrw_tf32x3", wrw_smem),
+                        }
                     return {
                         "blocks": grid_blocks(gemm_shape(view), sol.config),
                         **kernel_facts_gemm(handle, sol),
@@ -137,13 +170,15 @@ def main() -> int:
     return 0
 
 
-def kernel_facts_gemm(handle, solution) -> dict:
+def kernel_facts_gemm(handle, solution, name: str = "igemm_fwd_tf32x3", smem=smem_bytes) -> dict:
     """kernel_facts of the solution's GEMM kernel (the NCHW programs launch a transpose first)."""
-    gemm = [i for i, s in enumerate(solution.kernels) if s.name == "igemm_fwd_tf32x3"][0]
-    if gemm == 0:
-        return kernel_facts(handle, solution, smem_bytes(solution.config))
-    moved = type("S", (), {"kernels": [solution.kernels[gemm]]})()
-    return kernel_facts(handle, moved, smem_bytes(solution.config))
+    gemm = [s for s in solution.kernels if s.name == name][0]
+    moved = type("S", (), {"kernels": [gemm]})()
+    return kernel_facts(handle, moved, smem(solution.config))
+
+
+def w_format(layout: str):
+    return torch.channels_last if layout == "NHWC" else torch.contiguous_format
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
 from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgemmFwdTf32x3
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
 from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
@@ -56,6 +57,7 @@ SOLVERS: dict[str, list[Solver]] = {
         GemmWrw1x1_stride1(),
         ConvIgemmWrwNhwc(),
         ConvIgemmPadWrwNhwc(),
+        ConvIgemmWrwTf32x3(),
         GemmWrwUniversal(),
         ConvDirectTiledFwd(),
         ConvDirectNaiveFwd(),

@@ -1,5 +1,5 @@
-"""ConvIgemmFwdTf32x3 and ConvIgemmBwdTf32x3: fp32 convolution on tensor cores with fp32 accuracy
-(3xTF32; CUDA only).
+"""ConvIgemmFwdTf32x3, ConvIgemmBwdTf32x3, ConvIgemmWrwTf32x3: fp32 convolution on tensor cores
+with fp32 accuracy (3xTF32; CUDA only).
 
 On the CPU: applicability, the config space, the programs (layout changes for NCHW, the flipped
 filter of backward data, the split reduction), NVRTC builds for sm_90, and the arithmetic of the
@@ -39,9 +39,12 @@ from miopy.solvers.conv.implicit_gemm_tf32x3 import (
     smem_bytes,
     threads,
 )
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import grid_blocks as wrw_blocks
+from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import smem_bytes as wrw_smem
 from miopy.tensor import TensorDesc, from_storage
 
-FWD, BWD = ConvIgemmFwdTf32x3(), ConvIgemmBwdTf32x3()
+FWD, BWD, WRW = ConvIgemmFwdTf32x3(), ConvIgemmBwdTf32x3(), ConvIgemmWrwTf32x3()
 NHWC, NCHW = ("NHWC",) * 3, ("NCHW",) * 3
 
 
@@ -104,6 +107,7 @@ def test_registered_before_the_im2col_gemms():
     names = [s.name for s in CONV_SOLVERS]
     assert names.index("ConvIgemmFwdTf32x3") < names.index("GemmFwdRest")
     assert names.index("ConvIgemmBwdTf32x3") < names.index("GemmBwdRest")
+    assert names.index("ConvIgemmWrwTf32x3") < names.index("GemmWrwUniversal")
     assert FWD.tunable and FWD.algorithm == "implicit_gemm"
 
 
@@ -259,6 +263,41 @@ def test_sample_of_configs_compiles_for_sm90():
             assert cubin[:4] == b"\x7fELF" and b"igemm_fwd_tf32x3" in cubin, config
 
 
+def test_backward_weights_program_and_configs():
+    problem = make((32, 128, 28, 28), (128, 128, 3, 3), "W", NCHW, pads=(1, 1))
+    assert WRW.is_applicable(CTX, problem) is None
+    assert "direction" in WRW.is_applicable(CTX, RESNET[0])
+    config = WRW.default_config(CTX, problem)
+    assert WRW.is_valid_config(CTX, problem, config)
+    assert wrw_blocks(problem, config) * config["split_k"] >= 2 * 132  # the split fills the device
+    program = WRW.get_program(CTX, problem, config)
+    names = ["transpose_f32", "transpose_f32", "igemm_wrw_tf32x3", "tf32x3_wrw_sum", "transpose_f32"]
+    assert _names(program) == names
+    gemm = program.steps[2]
+    assert gemm.shared_mem == wrw_smem(config) and gemm.spec.global_size[1] == config["split_k"]
+    assert program.steps[-1].args[2] == Tensor("w")
+    nhwc = make((32, 128, 28, 28), (128, 128, 3, 3), "W", pads=(1, 1))
+    assert _names(WRW.get_program(CTX, nhwc, {**config, "split_k": 1})) == ["igemm_wrw_tf32x3"]
+    space = list(WRW.search_space(CTX, nhwc))
+    assert len(space) >= 20 and all(WRW.is_valid_config(CTX, nhwc, c) for c in space[::50])
+    assert not WRW.is_valid_config(CTX, nhwc, {**config, "split_k": 3})
+    assert not WRW.is_valid_config(CTX, nhwc, {**config, "bm": 32, "bk": 16})  # 256 threads, 128 chunks
+
+
+@support.needs_nvrtc
+def test_backward_weights_compiles_for_sm90():
+    from miopy.backends.base import KERNEL_ROOT
+    from miopy.backends.cuda import compile_cubin
+
+    source = (KERNEL_ROOT / "cuda" / "igemm_wrw_tf32x3.cu").read_text()
+    problem = make((3, 12, 9, 11), (20, 12, 2, 3), "W", pads=(1, 0), strides=(2, 2), dilations=(2, 1))
+    space = list(WRW.search_space(CTX, problem))
+    for config in (WRW.default_config(CTX, problem), space[0], space[-1]):
+        spec = WRW.get_program(CTX, problem, config).kernels[0]
+        cubin = compile_cubin(source, "igemm_wrw_tf32x3.cu", spec.options(), arch="sm_90")
+        assert cubin[:4] == b"\x7fELF" and b"igemm_wrw_tf32x3" in cubin, config
+
+
 # ---- the arithmetic, in NumPy --------------------------------------------------------------------
 def tf32(a: np.ndarray) -> np.ndarray:
     """Round fp32 to TF32 (10 stored mantissa bits), to nearest with ties away (cvt.rna)."""
@@ -322,7 +361,11 @@ def errors(handle, solver, problem: ConvProblem, rng, config=None) -> tuple[floa
     bufs = support.random_buffers(problem, rng)
     expected = conv_reference_buffers(problem, bufs)
     errs = []
-    naive = {"FORWARD": "ConvDirectNaiveFwd", "BACKWARD_DATA": "ConvDirectNaiveBwd"}[view_.direction.name]
+    naive = {
+        "FORWARD": "ConvDirectNaiveFwd",
+        "BACKWARD_DATA": "ConvDirectNaiveBwd",
+        "BACKWARD_WEIGHTS": "ConvDirectNaiveWrw",
+    }[view_.direction.name]
     for s, cfg in ((solver, config), (by_name(naive), None)):
         run = {role: buf.copy() for role, buf in bufs.items()}
         make_solution(handle, problem, s, cfg).run(handle, run)
@@ -348,7 +391,7 @@ def random_problem(rng, direction: str) -> ConvProblem:
     while True:
         c, k = 4 * int(rng.integers(1, 17)), 4 * int(rng.integers(1, 25))
         layouts = tuple(str(rng.choice(["NCHW", "NHWC"])) for _ in range(3))
-        strided = direction == "F"
+        strided = direction != "B"
         try:
             return make(
                 (int(rng.integers(1, 5)), c, *rng.integers(3, 20, 2)),
@@ -363,13 +406,13 @@ def random_problem(rng, direction: str) -> ConvProblem:
             continue
 
 
-@pytest.mark.parametrize("direction", ["F", "B"])
+@pytest.mark.parametrize("direction", ["F", "B", "W"])
 @pytest.mark.gpu
 @pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
 def test_random_problems(handle, direction):
     """Random shapes, both layouts (mixed too), padding, dilation, strides forward."""
-    solver = FWD if direction == "F" else BWD
-    rng = np.random.default_rng({"F": 51, "B": 52}[direction])
+    solver = {"F": FWD, "B": BWD, "W": WRW}[direction]
+    rng = np.random.default_rng({"F": 51, "B": 52, "W": 55}[direction])
     done = 0
     while done < 12:
         problem = random_problem(rng, direction)
@@ -402,7 +445,7 @@ def test_resnet_like_layers(handle):
     """3x3 layers at batch 2, both layouts and directions; a transposed problem."""
     rng = np.random.default_rng(54)
     for layouts in (NHWC, NCHW):
-        for direction, solver in (("F", FWD), ("B", BWD)):
+        for direction, solver in (("F", FWD), ("B", BWD), ("W", WRW)):
             problem = make((2, 128, 28, 28), (128, 128, 3, 3), direction, layouts, pads=(1, 1))
             check_close_to_ffma(errors(handle, solver, problem, rng))
     x = TensorDesc("fp32", (2, 16, 5, 6), layout="NHWC")

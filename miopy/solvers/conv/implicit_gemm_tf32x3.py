@@ -123,13 +123,13 @@ class GemmShape:
 
 
 def gemm_shape(problem: ConvProblem) -> GemmShape:
-    """The forward convolution of a conv-view problem: itself forward; backward data (stride 1)
-    the convolution of dy with the transposed, flipped filter."""
+    """The forward convolution of a conv-view problem: itself forward and backward weights;
+    backward data (stride 1) the convolution of dy with the transposed, flipped filter."""
     n, c, h, w = problem.x.lens
     k, _, r, s = problem.w.lens
     _, _, p, q = problem.y.lens
     dil = tuple(problem.conv.dilations)
-    if problem.direction is Direction.FORWARD:
+    if problem.direction is not Direction.BACKWARD_DATA:
         return GemmShape(n, c, h, w, k, r, s, p, q, tuple(problem.pads), tuple(problem.conv.strides), dil)
     pads = (dil[0] * (r - 1) - problem.pads[0], dil[1] * (s - 1) - problem.pads[1])
     return GemmShape(n, k, p, q, c, r, s, h, w, pads, (1, 1), dil)
@@ -143,15 +143,15 @@ def grid_blocks(shape: GemmShape, config: dict[str, int]) -> int:
     return -(-shape.rows // config["bm"]) * -(-shape.k // config["bn"])
 
 
-def _packed(desc, layout: str) -> bool:
+def packed_as(desc, layout: str) -> bool:
     return tuple(desc.strides) == packed_strides(tuple(desc.lens), layout)
 
 
-def _align(nbytes: int) -> int:
+def align(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-def _grid(items: int, local: int = SUM_THREADS) -> tuple[tuple[int], tuple[int]]:
+def grid_1d(items: int, local: int = SUM_THREADS) -> tuple[tuple[int], tuple[int]]:
     return (-(-items // local) * local,), (local,)
 
 
@@ -177,7 +177,7 @@ class _Tf32x3Solver(TunableSolver):
             return f"groups={problem.conv.groups}"
         for role in ("x", "y", "w"):
             desc = getattr(problem, role)
-            if not (_packed(desc, "NHWC") or _packed(desc, "NCHW")):
+            if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
                 return f"{role} is neither packed NHWC nor packed NCHW"
         c, k = problem.x.lens[1], problem.w.lens[0]
         if c % 4 or k % 4:
@@ -266,7 +266,7 @@ class _Tf32x3Solver(TunableSolver):
         }
         for name, elements in sizes.items():
             regions[name] = end if elements else -1
-            end += _align(elements * 4)
+            end += align(elements * 4)
         regions["total"] = end
         return regions
 
@@ -293,7 +293,7 @@ class _Tf32x3Solver(TunableSolver):
 
         if regions["in"] >= 0:  # NCHW -> NHWC: per image, C rows of H*W
             steps.append(
-                _transpose(
+                transpose_launch(
                     Tensor(act), 0, Workspace(), regions["in"] // 4, shape.n, shape.c, shape.h * shape.w
                 )
             )
@@ -315,12 +315,12 @@ class _Tf32x3Solver(TunableSolver):
         steps.append(Launch(gemm, args, shared_mem=smem_bytes(config)))
         if split > 1:
             total = shape.rows * shape.k
-            global_size, local_size = _grid(total // 4)
+            global_size, local_size = grid_1d(total // 4)
             spec = KernelSpec("igemm_fwd_tf32x3", "tf32x3_splitk_sum", defines, global_size, local_size)
             steps.append(Launch(spec, (*part, *out)))
         if regions["out"] >= 0:  # NHWC -> NCHW: per image, P*Q rows of K
             steps.append(
-                _transpose(
+                transpose_launch(
                     Workspace(),
                     regions["out"] // 4,
                     Tensor(self.writes),
@@ -341,7 +341,7 @@ class _Tf32x3Solver(TunableSolver):
             o_n, i_n, o_stride, i_stride, flip = k, c, sk, sc, 0
         else:
             o_n, i_n, o_stride, i_stride, flip = c, k, sc, sk, 1
-        spec_global, spec_local = _grid(k * c * r * s)
+        spec_global, spec_local = grid_1d(k * c * r * s)
         spec = KernelSpec("layout_f32", "filter_repack_f32", {"MIOPY_DTYPE": 0}, spec_global, spec_local)
         args = (
             Tensor("w"), Workspace(), np.int64(dst),
@@ -352,7 +352,7 @@ class _Tf32x3Solver(TunableSolver):
         return Launch(spec, args)
 
 
-def _transpose(src, src_off: int, dst, dst_off: int, batches: int, rows: int, cols: int) -> Launch:
+def transpose_launch(src, src_off: int, dst, dst_off: int, batches: int, rows: int, cols: int) -> Launch:
     """layout_f32's transpose_f32: ``batches`` packed rows x cols matrices to cols x rows."""
     global_size = (-(-cols // 32) * 32, -(-rows // 32) * 8, batches)
     spec = KernelSpec("layout_f32", "transpose_f32", {"MIOPY_DTYPE": 0}, global_size, (32, 8, 1))

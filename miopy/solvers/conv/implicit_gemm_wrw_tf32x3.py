@@ -1,0 +1,259 @@
+"""ConvIgemmWrwTf32x3: fp32 implicit-GEMM backward-weights convolution on tensor cores with fp32
+accuracy (3xTF32), CUDA only: kernels/cuda/igemm_wrw_tf32x3.cu (layout changes in
+kernels/cuda/layout_f32.cu). The arithmetic is implicit_gemm_tf32x3.py's: never plain TF32.
+
+GEMM view: M = K output channels, N = R*S*C filter taps, reduction over the N*Ho*Wo output
+pixels with x's im2col gathered on the fly; the reduction is long and the output small, so it is
+split over ``split_k`` blocks (fp32 partial filters in the workspace, then a sum kernel). NHWC
+x and dy are read as they lie, NCHW ones are transposed into the workspace first; dw is written
+K x R x S x C, straight into an NHWC filter or into the workspace and transposed into an NCHW
+one. fp32, groups = 1, C and K multiples of 4, any stride, padding and dilation.
+
+The config: block tile (``bm`` output channels x ``bn`` taps, ``bk`` pixels per pipeline stage),
+warp grid, pipeline stages, and the split of the reduction."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from miopy.errors import bad
+from miopy.problem.conv import ConvProblem, Direction
+from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
+from miopy.solvers.base import TunableSolver
+from miopy.solvers.conv.igemm_common import compute_units, is_nhwc, smem_limit
+from miopy.solvers.conv.implicit_gemm_tf32x3 import (
+    INT32_MAX,
+    MAX_THREADS,
+    MAX_WARP_OUTPUTS,
+    MIN_THREADS,
+    align,
+    gemm_shape,
+    grid_1d,
+    packed_as,
+    threads,
+    transpose_launch,
+)
+from miopy.tensor import DataType
+
+DOMAIN: dict[str, tuple[int, ...]] = {
+    "bm": (32, 64, 128, 256),  # output channels per block
+    "bn": (32, 64, 128, 256),  # filter taps per block
+    "bk": (16, 32),  # output pixels (the reduction) per pipeline stage
+    "warps_m": (1, 2, 4),
+    "warps_n": (1, 2, 4),
+    "stages": (2, 3, 4, 5),
+    "split_k": (1, 2, 4, 8, 16, 32, 64),  # blocks sharing the reduction
+}
+FIELDS = tuple(DOMAIN)
+MIN_SLICE_TILES = 16  # pipeline steps of a slice of the reduction, at least (default, search space)
+BLOCKS_PER_CU = 2  # the default splits the reduction until the grid has this many blocks per SM
+
+
+def wrw_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, split_k: int = 1) -> dict:
+    return {
+        "bm": bm,
+        "bn": bn,
+        "bk": bk,
+        "warps_m": warps_m,
+        "warps_n": warps_n,
+        "stages": stages,
+        "split_k": split_k,
+    }
+
+
+DEFAULT_WIDE = wrw_config(128, 128, 32, 2, 4, 3)  # K > 64 (split chosen per problem)
+DEFAULT_NARROW = wrw_config(64, 128, 32, 2, 4, 3)  # K <= 64
+FALLBACKS = (wrw_config(32, 64, 16, 1, 2, 2),)  # little shared memory
+
+
+def smem_bytes(config: dict[str, int]) -> int:
+    """The pipeline's stages of k-major A and B tiles, rows padded by 8 floats."""
+    return config["stages"] * config["bk"] * (config["bm"] + 8 + config["bn"] + 8) * 4
+
+
+def j_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
+    """Pipeline steps of the whole reduction (N*Ho*Wo output pixels, ``bk`` at a time)."""
+    n, _, p, q = problem.y.lens
+    return -(-(n * p * q) // config["bk"])
+
+
+def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
+    k, c, r, s = problem.w.lens
+    return -(-k // config["bm"]) * -(-(r * s * c) // config["bn"])
+
+
+class ConvIgemmWrwTf32x3(TunableSolver):
+    name = "ConvIgemmWrwTf32x3"
+    id = 206  # no MIOpen counterpart; outside the range of its solver ids
+    algorithm = "implicit_gemm"
+    max_elements = INT32_MAX
+
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        backend = getattr(ctx, "backend_name", None)
+        if backend != "cuda":
+            return f"backend is {backend}, not cuda"
+        if problem.direction is not Direction.BACKWARD_WEIGHTS:
+            return f"direction is {problem.direction.name}"
+        if problem.spatial_dims != 2:
+            return "3-d convolution"
+        if problem.dtype is not DataType.FP32:
+            return f"dtype is {problem.dtype.value}, not FP32"
+        if problem.conv.groups != 1:
+            return f"groups={problem.conv.groups}"
+        for role in ("x", "y", "w"):
+            desc = getattr(problem, role)
+            if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
+                return f"{role} is neither packed NHWC nor packed NCHW"
+        c, k = problem.x.lens[1], problem.w.lens[0]
+        if c % 4 or k % 4:
+            return f"C={c} and K={k} must be multiples of 4"
+        return None
+
+    # ---- configs ---------------------------------------------------------------------------------
+    def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
+        """DOMAIN's fields with values from it, whole 16 x 16 warp fragments with at most
+        MAX_WARP_OUTPUTS accumulators, 64 to 256 threads, rows of each tile copied evenly with a
+        fixed column per thread, shared memory within the device's limit, and no more slices of
+        the reduction than it has pipeline steps."""
+        if not isinstance(config, dict) or set(config) != set(DOMAIN):
+            return False
+        for key, value in config.items():
+            if type(value) is not int or value not in DOMAIN[key]:
+                return False
+        if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
+            return False
+        wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
+        if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+            return False
+        t = threads(config)
+        info = getattr(ctx, "info", None)
+        max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
+        if not MIN_THREADS <= t <= max_threads:
+            return False
+        for cols in (config["bm"] // 4, config["bn"] // 4):
+            if t % cols or (config["bk"] * cols) % t:
+                return False
+        if config["split_k"] > j_tiles(problem, config):
+            return False
+        return smem_bytes(config) <= smem_limit(ctx)
+
+    def _split_for(self, ctx, problem: ConvProblem, config: dict[str, int]) -> int:
+        """The smallest split that gives BLOCKS_PER_CU blocks per multiprocessor, keeping
+        MIN_SLICE_TILES pipeline steps per slice."""
+        want = BLOCKS_PER_CU * compute_units(ctx)
+        split = 1
+        for s in DOMAIN["split_k"]:
+            if j_tiles(problem, config) < s * MIN_SLICE_TILES:
+                break
+            split = s
+            if grid_blocks(problem, config) * s >= want:
+                break
+        return split
+
+    def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
+        """DEFAULT_NARROW for K <= 64, else DEFAULT_WIDE, each with the split that fills the
+        device (``_split_for``); FALLBACKS where shared memory is short."""
+        first = DEFAULT_NARROW if problem.w.lens[0] <= 64 else DEFAULT_WIDE
+        for base in (first, *FALLBACKS):
+            config = {**base, "split_k": self._split_for(ctx, problem, base)}
+            if self.is_valid_config(ctx, problem, config):
+                return config
+        return dict(FALLBACKS[-1])
+
+    def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
+        """Valid configs with 128 threads or more for tiles of 64 x 64 and up, each block tile
+        with splits from none up to twice the default's rule (slices of MIN_SLICE_TILES steps
+        at least)."""
+        out = []
+        for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
+            config = dict(zip(FIELDS, values))
+            if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
+                continue
+            split = config["split_k"]
+            if split > 1 and (
+                split > 2 * self._split_for(ctx, problem, config)
+                or j_tiles(problem, config) < split * MIN_SLICE_TILES
+            ):
+                continue
+            if self.is_valid_config(ctx, problem, config):
+                out.append(config)
+        return out or [self.default_config(ctx, problem)]
+
+    # ---- program ---------------------------------------------------------------------------------
+    def _layout(self, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
+        """Workspace regions (byte offsets; -1: not needed) and the total."""
+        shape = gemm_shape(problem)
+        filt = shape.k * shape.taps
+        sizes = {
+            "x": 0 if is_nhwc(problem.x) else shape.n * shape.h * shape.w * shape.c,
+            "dy": 0 if is_nhwc(problem.y) else shape.rows * shape.k,
+            "dw": 0 if is_nhwc(problem.w) else filt,
+            "part": 0 if config["split_k"] == 1 else config["split_k"] * filt,
+        }
+        regions, end = {}, 0
+        for name, elements in sizes.items():
+            regions[name] = end if elements else -1
+            end += align(elements * 4)
+        regions["total"] = end
+        return regions
+
+    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
+        return self._layout(problem, config or self.default_config(ctx, problem))["total"]
+
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
+        if config is None:
+            config = self.default_config(ctx, problem)
+        elif not self.is_valid_config(ctx, problem, config):
+            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        shape = gemm_shape(problem)
+        regions = self._layout(problem, config)
+        roles = {"x": "x", "dy": "y", "dw": "w"}
+
+        def operand(name: str) -> tuple[Any, np.int64]:
+            if regions[name] < 0:
+                return Tensor(roles[name]), np.int64(0)
+            return Workspace(), np.int64(regions[name] // 4)
+
+        steps: list[Step] = []
+        if regions["x"] >= 0:
+            steps.append(
+                transpose_launch(
+                    Tensor("x"), 0, Workspace(), regions["x"] // 4, shape.n, shape.c, shape.h * shape.w
+                )
+            )
+        if regions["dy"] >= 0:
+            steps.append(
+                transpose_launch(
+                    Tensor("y"), 0, Workspace(), regions["dy"] // 4, shape.n, shape.k, shape.p * shape.q
+                )
+            )
+        defines = shape.defines(config)
+        local = threads(config)
+        split = config["split_k"]
+        gemm = KernelSpec(
+            "igemm_wrw_tf32x3",
+            "igemm_wrw_tf32x3",
+            defines,
+            (grid_blocks(problem, config) * local, split),
+            (local, 1),
+        )
+        part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
+        out = operand("dw")
+        steps.append(
+            Launch(gemm, (*operand("x"), *operand("dy"), *out, *part), shared_mem=smem_bytes(config))
+        )
+        if split > 1:
+            global_size, local_size = grid_1d(shape.k * shape.taps // 4)
+            spec = KernelSpec("igemm_wrw_tf32x3", "tf32x3_wrw_sum", defines, global_size, local_size)
+            steps.append(Launch(spec, (*part, *out)))
+        if regions["dw"] >= 0:  # K x (R*S) x C -> K x C x (R*S)
+            steps.append(
+                transpose_launch(
+                    Workspace(), regions["dw"] // 4, Tensor("w"), 0, shape.k, shape.r * shape.s, shape.c
+                )
+            )
+        return Program(tuple(steps), regions["total"], {"precision": "3xtf32"})
