@@ -121,16 +121,17 @@ def test_search_space_and_default(problem):
         assert FWD.is_valid_config(CTX, problem, json.loads(json.dumps(config))), config
         assert smem_bytes(config) <= 232448 and 64 <= threads(config) <= 256
     default = FWD.default_config(CTX, problem)
-    assert FWD.is_valid_config(CTX, problem, default) and default["split_k"] == 1
+    assert FWD.is_valid_config(CTX, problem, default) and default in space
 
 
 def test_default_config_follows_the_problem():
-    assert FWD.default_config(CTX, RESNET[0]) == DEFAULT_NARROW  # K = 64
-    wide = make((32, 128, 56, 56), (128, 128, 3, 3), pads=(1, 1))  # 100352 rows: 784 blocks
-    assert FWD.default_config(CTX, wide) == DEFAULT_WIDE
-    tiny = RESNET[6]  # 7x7 images: 1568 rows
-    assert grid_blocks(gemm_shape(tiny), DEFAULT_WIDE) < 2 * 132
-    assert FWD.default_config(CTX, tiny) == DEFAULT_SMALL_GRID
+    assert FWD.default_config(CTX, RESNET[0]) == DEFAULT_WIDE  # 100352 rows: 784 blocks
+    assert FWD.default_config(CTX, RESNET[2]) == DEFAULT_WIDE  # 25088 rows: 392 blocks
+    assert FWD.default_config(CTX, RESNET[4]) == DEFAULT_SMALL_GRID  # 6272 rows x 256: 196 blocks
+    tiny = RESNET[6]  # 7x7 images: 1568 rows, 200 blocks of 64 x 64: split in 3
+    assert FWD.default_config(CTX, tiny) == {**DEFAULT_SMALL_GRID, "split_k": 3}
+    narrow = make((8, 16, 20, 20), (32, 16, 3, 3), pads=(1, 1))
+    assert FWD.default_config(fake_ctx(compute_units=8), narrow) == DEFAULT_NARROW
     small = fake_ctx(smem=24 * 1024)
     cfg = FWD.default_config(small, RESNET[0])
     assert FWD.is_valid_config(small, RESNET[0], cfg) and smem_bytes(cfg) <= 24 * 1024
@@ -160,13 +161,14 @@ def test_is_valid_config_rejects_garbage():
     bad_values += [
         {**good, "warps_m": 4, "bm": 32},  # warp tile of 8 rows
         {**good, "bm": 256, "bn": 256, "warps_m": 2, "warps_n": 2},  # 128 x 128 per warp
+        {**good, "bm": 128, "bn": 128, "warps_m": 2, "warps_n": 2},  # 64 x 64 per warp: spills
         {**good, "bm": 32, "bn": 32, "warps_m": 1, "warps_n": 1},  # 32 threads
         {**good, "bm": 256, "bn": 256, "warps_m": 4, "warps_n": 4},  # 512 threads
     ]
     for config in bad_values:
         assert not FWD.is_valid_config(CTX, ODD, config), config
-    assert smem_bytes(good) == 3 * 256 * 32 * 4
-    assert not FWD.is_valid_config(fake_ctx(smem=64 * 1024), ODD, good)
+    assert smem_bytes(good) == 3 * 192 * 32 * 4
+    assert not FWD.is_valid_config(fake_ctx(smem=64 * 1024), ODD, good)  # 72 KB
     assert k_tiles(gemm_shape(ODD), {**good, "bk": 16}) == 5  # 2 * 3 * 12 taps
     assert FWD.is_valid_config(CTX, ODD, {**good, "bk": 16, "split_k": 4})
     assert not FWD.is_valid_config(CTX, ODD, {**good, "bk": 16, "split_k": 6})
@@ -281,7 +283,8 @@ def test_backward_weights_program_and_configs():
     space = list(WRW.search_space(CTX, nhwc))
     assert len(space) >= 20 and all(WRW.is_valid_config(CTX, nhwc, c) for c in space[::50])
     assert not WRW.is_valid_config(CTX, nhwc, {**config, "split_k": 3})
-    assert not WRW.is_valid_config(CTX, nhwc, {**config, "bm": 32, "bk": 16})  # 256 threads, 128 chunks
+    uneven = {**config, "bm": 32, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 4}  # 256 threads, 128 chunks
+    assert not WRW.is_valid_config(CTX, nhwc, uneven)
 
 
 @support.needs_nvrtc

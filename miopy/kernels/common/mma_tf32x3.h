@@ -3,8 +3,8 @@
    Each fp32 operand a is split into two TF32 numbers, big = tf32(a) and small = tf32(a - big)
    (a - big is exact in fp32), so a = big + small to about 22 significant bits. A product is
    then big_a * big_b + big_a * small_b + small_a * big_b (small_a * small_b, below 2^-22 of the
-   product, is dropped): three mma.sync m16n8k8 TF32 instructions with fp32 accumulation, the
-   two small terms first so that they are added while the accumulator is still small.
+   product, is dropped): three mma.sync m16n8k8 TF32 instructions, the two small terms first,
+   summed into a fresh fragment per k-step that fp32 adds then carry into the accumulator.
 
    Fragments come from shared-memory tiles whose rows hold the reduction index contiguously
    (16-byte chunks of 4 floats, swizzled by common/mma_sm80.h's swizzle<RC>): ldmatrix of b16
@@ -71,7 +71,12 @@ DEVICE_FN void frags_b_tf32x3(u32 tile, int wn0, int ks, int lane, u32 (&big)[NI
     }
 }
 
-/* acc += A * B over one k-step, 3xTF32. */
+/* acc += A * B over one k-step, 3xTF32. The three products of each 16 x 8 block are summed by
+   the tensor core into a fresh fragment that starts at zero, then added to the accumulator with
+   ordinary fp32 adds (rounded to nearest): the tensor core's own fp32 accumulation drops the low
+   bits of each sum (measured on the H200: summing whole reductions in the MMA accumulator gave
+   13x the error of an FFMA loop, growing linearly with the reduction length), so it only ever
+   sums 24 products here. */
 template <int MI, int NI>
 DEVICE_FN void mma_tf32x3(float (&acc)[MI][NI][4], const u32 (&ab)[MI][4], const u32 (&as)[MI][4],
                           const u32 (&bb)[NI][2], const u32 (&bs)[NI][2])
@@ -81,9 +86,13 @@ DEVICE_FN void mma_tf32x3(float (&acc)[MI][NI][4], const u32 (&ab)[MI][4], const
 #pragma unroll
         for(int j = 0; j < NI; ++j)
         {
-            mma_1688_tf32(acc[i][j], as[i], bb[j]);
-            mma_1688_tf32(acc[i][j], ab[i], bs[j]);
-            mma_1688_tf32(acc[i][j], ab[i], bb[j]);
+            float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_1688_tf32(t, as[i], bb[j]);
+            mma_1688_tf32(t, ab[i], bs[j]);
+            mma_1688_tf32(t, ab[i], bb[j]);
+#pragma unroll
+            for(int e = 0; e < 4; ++e)
+                acc[i][j][e] += t[e];
         }
 }
 

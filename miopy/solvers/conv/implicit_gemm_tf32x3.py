@@ -46,7 +46,7 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction (fp32 partials, then a sum)
 }
 FIELDS = tuple(DOMAIN)
-MAX_WARP_OUTPUTS = 64 * 64  # fp32 accumulators per warp (128 per thread) at most
+MAX_WARP_OUTPUTS = 64 * 32  # fp32 accumulators per warp (64 per thread; 64 x 64 tiles spill)
 MIN_THREADS, MAX_THREADS = 64, 256
 INT32_MAX = 2**31 - 1
 ALIGN = 256  # bytes: where each workspace region starts
@@ -66,13 +66,17 @@ def tile_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: i
     }
 
 
-# default_config's choices (see default_config)
-DEFAULT_WIDE = tile_config(128, 128, 32, 2, 4, 3)  # K > 64
-DEFAULT_NARROW = tile_config(128, 64, 32, 4, 2, 3)  # K <= 64
-DEFAULT_SMALL_GRID = tile_config(64, 64, 32, 2, 2, 4)  # fewer than 2 blocks per SM
+# default_config's choices: the fastest of 16 configs per layer on the ResNet-50 3x3 layers at
+# batch 32 on an H200 (forward NHWC, 2026-11-22, scripts/bench_tf32x3.py): 128 x 64 blocks of
+# four 64 x 32 warp tiles where the grid fills the device, 64 x 64 blocks (and a split of the
+# reduction) where it does not.
+DEFAULT_WIDE = tile_config(128, 64, 32, 2, 2, 3)  # K > 32
+DEFAULT_NARROW = tile_config(128, 32, 32, 4, 1, 3)  # K <= 32
+DEFAULT_SMALL_GRID = tile_config(64, 64, 32, 2, 2, 3)  # fewer than 2 blocks per SM
 FALLBACKS = (tile_config(64, 32, 16, 2, 1, 3), tile_config(32, 32, 16, 1, 2, 2))  # little shared memory
 PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SMALL_GRID, *FALLBACKS)
-SMALL_GRID_PER_CU = 2
+SMALL_GRID_PER_CU = 2  # fewer blocks than this per SM: the small-grid default
+SPLIT_GRID_PER_CU = 4  # the small-grid default splits the reduction up to this many blocks per SM
 
 
 def threads(config: dict[str, int]) -> int:
@@ -218,19 +222,27 @@ class _Tf32x3Solver(TunableSolver):
         return smem_bytes(config) <= smem_limit(ctx)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """DEFAULT_NARROW for K <= 64 (output channels of the GEMM), else DEFAULT_WIDE;
-        DEFAULT_SMALL_GRID where that grid has fewer than SMALL_GRID_PER_CU blocks per
-        multiprocessor; FALLBACKS where shared memory is short. No split."""
+        """DEFAULT_NARROW for K <= 32 (output channels of the GEMM), else DEFAULT_WIDE, and where
+        this one's grid has fewer than SMALL_GRID_PER_CU blocks per multiprocessor DEFAULT_SMALL_GRID,
+        and if that one is still short, split over enough slices for SPLIT_GRID_PER_CU blocks
+        per multiprocessor (each slice keeping MIN_SLICE_TILES steps); FALLBACKS where shared
+        memory is short."""
         shape = gemm_shape(problem)
-        first = DEFAULT_NARROW if shape.k <= 64 else DEFAULT_WIDE
-        chain = [first, DEFAULT_SMALL_GRID, *FALLBACKS]
-        valid = [cfg for cfg in chain if self.is_valid_config(ctx, problem, cfg)]
-        if not valid:
-            return dict(chain[-1])
-        small = grid_blocks(shape, first) < SMALL_GRID_PER_CU * compute_units(ctx)
-        if valid[0] is first and small and len(valid) > 1:
-            return dict(valid[1])
-        return dict(valid[0])
+        want = compute_units(ctx)
+        first = DEFAULT_NARROW if shape.k <= 32 else DEFAULT_WIDE
+        if first is DEFAULT_WIDE and grid_blocks(shape, first) < SMALL_GRID_PER_CU * want:
+            first = dict(DEFAULT_SMALL_GRID)
+            if grid_blocks(shape, first) < SMALL_GRID_PER_CU * want:
+                for split in DOMAIN["split_k"]:
+                    if k_tiles(shape, first) < split * MIN_SLICE_TILES:
+                        break
+                    first["split_k"] = split
+                    if grid_blocks(shape, first) * split >= SPLIT_GRID_PER_CU * want:
+                        break
+        for config in (first, *FALLBACKS):
+            if self.is_valid_config(ctx, problem, config):
+                return dict(config)
+        return dict(FALLBACKS[-1])
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs with blocks no wider than the next power of two of the GEMM's columns

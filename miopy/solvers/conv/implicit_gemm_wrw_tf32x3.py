@@ -50,7 +50,7 @@ DOMAIN: dict[str, tuple[int, ...]] = {
 }
 FIELDS = tuple(DOMAIN)
 MIN_SLICE_TILES = 16  # pipeline steps of a slice of the reduction, at least (default, search space)
-BLOCKS_PER_CU = 2  # the default splits the reduction until the grid has this many blocks per SM
+BLOCKS_PER_CU = 4  # the default splits the reduction until the grid has this many blocks per SM
 
 
 def wrw_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, split_k: int = 1) -> dict:
@@ -65,8 +65,11 @@ def wrw_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: in
     }
 
 
-DEFAULT_WIDE = wrw_config(128, 128, 32, 2, 4, 3)  # K > 64 (split chosen per problem)
-DEFAULT_NARROW = wrw_config(64, 128, 32, 2, 4, 3)  # K <= 64
+# default_config's tiles: the fastest of 8 per layer on the ResNet-50 3x3 layers at batch 32 on an
+# H200 (NHWC, 2026-11-22, scripts/bench_tf32x3.py), each best with the reduction split over
+# about 4 blocks per SM.
+DEFAULT_WIDE = wrw_config(128, 64, 32, 2, 2, 3)  # K > 64 (split chosen per problem)
+DEFAULT_NARROW = wrw_config(64, 64, 32, 2, 2, 4)  # K <= 64
 FALLBACKS = (wrw_config(32, 64, 16, 1, 2, 2),)  # little shared memory
 
 
