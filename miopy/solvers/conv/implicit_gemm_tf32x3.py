@@ -384,13 +384,13 @@ def _candidates(cap_n: int) -> Iterator[dict[str, int]]:
 
 class ConvIgemmFwdTf32x3(_Tf32x3Solver):
     name = "ConvIgemmFwdTf32x3"
-    id = 204  # no MIOpen counterpart; outside the range of its solver ids
+    id = 220  # no MIOpen counterpart; outside the range of its solver ids
     direction = Direction.FORWARD
     reads, writes = ("x", "w"), "y"
 
 
 class ConvIgemmBwdTf32x3(_Tf32x3Solver):
     name = "ConvIgemmBwdTf32x3"
-    id = 205
+    id = 221
     direction = Direction.BACKWARD_DATA
     reads, writes = ("y", "w"), "x"  # backward data: dy is role y (read), dx is role x (written)

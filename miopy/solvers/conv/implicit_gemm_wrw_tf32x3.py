@@ -91,7 +91,7 @@ def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
 
 class ConvIgemmWrwTf32x3(TunableSolver):
     name = "ConvIgemmWrwTf32x3"
-    id = 206  # no MIOpen counterpart; outside the range of its solver ids
+    id = 222  # no MIOpen counterpart; outside the range of its solver ids
     algorithm = "implicit_gemm"
     max_elements = INT32_MAX
 
