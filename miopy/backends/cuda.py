@@ -873,7 +873,7 @@ class Backend(BackendBase):
         """Candidate ``index`` of the cuBLASLt product ``gemm`` (cuda_libs.LtGemm) on these
         buffers (offsets in bytes), as a prepared call on this backend's stream. cuBLASLt's own
         scratch starts ``workspace_offset`` bytes into ``workspace``; ``beta`` 1 adds to D."""
-        need = gemm.algos()[index][1]
+        need = gemm.pick(index)[1]
         if need and (workspace is None or self.nbytes(workspace) < workspace_offset + need):
             have = workspace if workspace is None else self.nbytes(workspace)
             raise bad("workspace", have, f"needs {workspace_offset + need} bytes")

@@ -3,6 +3,8 @@ streams, and the cuBLASLt 1x1 solvers in every direction and type against the Nu
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -240,12 +242,60 @@ def test_lt_every_candidate(handle, dtype, layout, direction):
     assert reason is None, reason
     configs = solver.search_space(handle, view_)
     assert configs and all(solver.is_valid_config(handle, view_, c) for c in configs)
-    assert not solver.is_valid_config(handle, view_, {"algo": len(configs)})
+    assert solver.default_config(handle, view_) == configs[0]
+    assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
+    for cfg in configs[:3]:  # what the perf DB writes and reads back names the same algorithm
+        assert solver.is_valid_config(handle, view_, json.loads(json.dumps(cfg)))
+    for stale in stale_configs(configs[0]):
+        assert not solver.is_valid_config(handle, view_, stale), stale
     for i, cfg in enumerate(configs):
         sol = make_solution(handle, problem, solver, cfg)
         bufs = host_buffers(problem, 10 + i)
         sol.run(handle, bufs)
         assert error(problem, bufs) < tol(problem), cfg
+
+
+def stale_configs(good: dict) -> list:
+    """Configs a perf DB could hold that must be refused: the old index format, wrong types,
+    unknown keys, and attribute values no cuBLASLt algorithm has (another library or device)."""
+    return [
+        {"algo": 0},
+        None,
+        [good],
+        {**good, "extra": 1},
+        {k: v for k, v in good.items() if k != "tile"},
+        {**good, "order": "diagonal"},
+        {**good, "id": True},
+        {**good, "tile": "1"},
+        {**good, "id": 1 << 40},
+        {**good, "id": -1},
+        {**good, "id": 100_000},
+        {**good, "tile": 100_000},
+        {**good, "stages": 100_000},
+        {**good, "cluster": 1 << 20},
+        {**good, "splitk": 1 << 30, "reduction": 1},
+    ]
+
+
+def test_lt_stale_perf_db_record_is_refused(handle, monkeypatch, tmp_path):
+    """A perf DB record naming an algorithm this library does not have is ignored with a
+    warning, and the solution falls back to the default config and computes the right result."""
+    monkeypatch.setenv("MIOPY_USER_DB_PATH", str(tmp_path))
+    from miopy.engine.candidates import make_solution
+    from miopy.handle import Handle
+    from miopy.solvers import by_name
+
+    h = Handle("cuda")
+    problem = problem_1x1("fp16", "NHWC", "F")
+    solver = by_name("GemmLtFwd1x1")
+    view_ = problem.solver_view()
+    default = solver.default_config(h, view_)
+    h.perf_db.store(view_.key(), solver.name, {**default, "id": 100_000}, primitive="conv")
+    sol = make_solution(h, problem, solver)
+    assert sol.config == default
+    bufs = host_buffers(problem, 5)
+    sol.run(h, bufs)
+    assert error(problem, bufs) < tol(problem)
 
 
 @pytest.mark.parametrize("dims", [(8, 24, 8, 40), (3, 9, 3, 13)])
@@ -291,6 +341,7 @@ def test_lt_wrw_nchw_every_mode_and_candidate(handle, dims):
 
 def test_find_times_lt_candidates_and_keeps_winner(handle, monkeypatch, tmp_path):
     from miopy.engine.find import FindOptions, find_solutions
+    from miopy.solvers.conv.gemm_lt import CONFIG_KEYS
 
     monkeypatch.setenv("MIOPY_USER_DB_PATH", str(tmp_path))
     monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
@@ -302,6 +353,6 @@ def test_find_times_lt_candidates_and_keeps_winner(handle, monkeypatch, tmp_path
     names = [s.solver for s in found]
     assert "GemmLtWrw1x1" in names and all(s.time_ms > 0 for s in found)
     stored = h.perf_db.load(problem.solver_view().key(), "GemmLtWrw1x1", "conv")
-    assert stored is not None and "algo" in stored
+    assert stored is not None and set(stored) == CONFIG_KEYS
     lt = next(s for s in found if s.solver == "GemmLtWrw1x1")
     assert lt.config == stored

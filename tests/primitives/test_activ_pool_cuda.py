@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from primitive_support import activ_inputs, assert_close, check_activ, check_pool, logical
+from primitive_support import activ_inputs, assert_close, check_activ, check_pool, logical, run
 
 from miopy import backends
 from miopy.engine.candidates import make_solution
 from miopy.problem.activation import ActivationDesc, ActivationMode, ActivationProblem
 from miopy.problem.pooling import PoolingDesc, PoolingProblem
 from miopy.reference.activ import activ_reference
+from miopy.reference.common import store_logical
 from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.tensor import TensorDesc
@@ -128,3 +129,51 @@ def test_pooling_every_tile(cuda, direction):
                 continue
             for cfg in solver.search_space(cuda, problem.solver_view()):
                 check_pool(cuda, make_solution(cuda, problem, solver, cfg), rng)
+
+
+def with_defines(solution, extra: dict):
+    """``solution`` with ``extra`` compile-time defines on its one kernel."""
+    import dataclasses
+
+    from miopy.solution import KernelSpec
+
+    (launch,) = solution.program.steps
+    s = launch.spec
+    spec = KernelSpec(s.file, s.name, {**dict(s.defines), **extra}, s.global_size, s.local_size)
+    program = dataclasses.replace(solution.program, steps=(dataclasses.replace(launch, spec=spec),))
+    return dataclasses.replace(solution, program=program)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_relu_on_bits_and_cache_hints(cuda, dtype, direction):
+    """The packed ReLU kernels in every compile-time variant (ReLU on the bits of 16-bit data,
+    every load and store cache hint) give exactly relu(x) and x > 0 ? dy : 0 on special values
+    (NaN, infinities, signed zeros, subnormals, the largest finite values), with and without a
+    tail of n % VEC elements."""
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-7, -1e-7, 60000.0, -60000.0, 1.0, -1.0])
+    rng = np.random.default_rng(7)
+    for lens in ((2, 16, 8, 8), (3, 5, 7, 9)):
+        problem = ActivationProblem.create(ActivationDesc("RELU"), TensorDesc(dtype, lens), direction)
+        descs = problem.tensors()
+        x = rng.uniform(-2, 2, lens)
+        x.flat[: special.size * 3] = np.tile(special, 3)
+        dy = rng.uniform(-0.5, 0.5, lens)
+        base = make_solution(cuda, problem, ACTIV[direction][0])
+        for raw in (0, 1):
+            for ld in range(5):
+                for st in range(3):
+                    extra = {"ACTIV_RAW": raw, "VEC_LD_HINT": ld, "VEC_ST_HINT": st}
+                    host = {r: store_logical(np.full(lens, np.nan), d) for r, d in descs.items()}
+                    host["x"] = store_logical(x, descs["x"])
+                    xs = logical(problem, "x", host["x"])
+                    if direction == "F":
+                        want = np.where(xs > 0, xs, 0.0)
+                    else:
+                        host["y"] = store_logical(np.where(xs > 0, xs, 0.0), descs["y"])
+                        host["dy"] = store_logical(dy, descs["dy"])
+                        want = np.where(xs > 0, logical(problem, "dy", host["dy"]), 0.0)
+                    run(cuda, with_defines(base, extra), host)
+                    (out,) = problem.outputs
+                    got = logical(problem, out, host[out])
+                    np.testing.assert_array_equal(got, want, err_msg=f"{lens} {extra}")

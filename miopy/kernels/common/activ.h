@@ -75,6 +75,40 @@ typedef i64 aidx_t;
 #endif
 #define ACTIV_TILE (ACTIV_LOCAL * ACTIV_UNROLL)
 
+/* ACTIV_RAW with ReLU compiled in, 16-bit data, CUDA: the packed kernels work on the bits, two
+   values per 32-bit word, with no conversion to fp32 and back. x > 0 holds exactly for the bit
+   patterns 1 .. +infinity (NaN, -0 and negatives fail, as in fp32), so
+   relu(x) = x & mask(x) and relu'(x) dy = dy & mask(x). */
+#ifndef ACTIV_RAW
+#define ACTIV_RAW 0
+#endif
+#if ACTIV_RAW && defined(ACTIV_MODE) && !defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 0
+#if ACTIV_MODE == 3
+#define ACTIV_RELU_BITS 1
+#endif
+#endif
+#ifndef ACTIV_RELU_BITS
+#define ACTIV_RELU_BITS 0
+#endif
+#if ACTIV_RELU_BITS
+#if MIOPY_DTYPE == 1
+#define ACTIV_INF_BITS 0x7c00u
+#else
+#define ACTIV_INF_BITS 0x7f80u
+#endif
+DEVICE_FN u32 relu_mask2(u32 w)
+{
+    const u32 lo = (w & 0xffffu) - 1u;
+    const u32 hi = (w >> 16) - 1u;
+    return (lo < ACTIV_INF_BITS ? 0xffffu : 0u) | (hi < ACTIV_INF_BITS ? 0xffff0000u : 0u);
+}
+DEVICE_FN uint4 relu_and4(uint4 m, uint4 v)
+{
+    return make_uint4(v.x & relu_mask2(m.x), v.y & relu_mask2(m.y), v.z & relu_mask2(m.z),
+                      v.w & relu_mask2(m.w));
+}
+#endif
+
 KERNEL void activ_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 n, int mode,
                              float a, float b, float g)
 {
@@ -83,6 +117,17 @@ KERNEL void activ_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         const aidx_t nvec = (aidx_t)(n / VEC);
         const aidx_t first = (aidx_t)GROUP_ID0 * ACTIV_TILE + (aidx_t)LOCAL_ID0;
         const int full = first - (aidx_t)LOCAL_ID0 + ACTIV_TILE <= nvec;
+#if ACTIV_RELU_BITS
+        uint4 r[ACTIV_UNROLL];
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
+            if(full || first + j * ACTIV_LOCAL < nvec)
+                r[j] = vec_ld16(x + (i64)(first + j * ACTIV_LOCAL) * VEC);
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
+            if(full || first + j * ACTIV_LOCAL < nvec)
+                vec_st16(y + (i64)(first + j * ACTIV_LOCAL) * VEC, relu_and4(r[j], r[j]));
+#else
         float v[ACTIV_UNROLL][VEC];
         UNROLL
         for(int j = 0; j < ACTIV_UNROLL; ++j)
@@ -97,6 +142,7 @@ KERNEL void activ_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
             if(full || first + j * ACTIV_LOCAL < nvec)
                 store_vec(y, (i64)(first + j * ACTIV_LOCAL) * VEC, v[j]);
         }
+#endif
         const i64 t = (i64)nvec * VEC + GLOBAL_ID0;
         if(t < n)
             STORE(y, t, activ_fwd(LOAD(x, t), MODE, a, b, g));
@@ -115,6 +161,21 @@ KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
         const aidx_t nvec = (aidx_t)(n / VEC);
         const aidx_t first = (aidx_t)GROUP_ID0 * ACTIV_TILE + (aidx_t)LOCAL_ID0;
         const int full = first - (aidx_t)LOCAL_ID0 + ACTIV_TILE <= nvec;
+#if ACTIV_RELU_BITS
+        uint4 rx[ACTIV_UNROLL], rg[ACTIV_UNROLL];
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
+            if(full || first + j * ACTIV_LOCAL < nvec)
+            {
+                const i64 off = (i64)(first + j * ACTIV_LOCAL) * VEC;
+                rx[j] = vec_ld16(x + off);
+                rg[j] = vec_ld16(dy + off);
+            }
+        UNROLL
+        for(int j = 0; j < ACTIV_UNROLL; ++j)
+            if(full || first + j * ACTIV_LOCAL < nvec)
+                vec_st16(dx + (i64)(first + j * ACTIV_LOCAL) * VEC, relu_and4(rx[j], rg[j]));
+#else
         float xv[ACTIV_UNROLL][VEC], yv[ACTIV_UNROLL][VEC], gv[ACTIV_UNROLL][VEC];
         UNROLL
         for(int j = 0; j < ACTIV_UNROLL; ++j)
@@ -142,6 +203,7 @@ KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
             if(full || first + j * ACTIV_LOCAL < nvec)
                 store_vec(dx, (i64)(first + j * ACTIV_LOCAL) * VEC, gv[j]);
         }
+#endif
         const i64 t = (i64)nvec * VEC + GLOBAL_ID0;
         if(t < n)
         {

@@ -68,13 +68,63 @@ DEVICE_FN void store_vec(GLOBAL data_t* p, i64 off, const float* v)
 #define F_MIN fminf
 #define F_MAX fmaxf
 
+/* The cache hints of the 16-byte accesses (PTX ISA 7.4, sm_80 and later for the L2 prefetch
+   sizes), chosen per kernel by defining them:
+   VEC_LD_HINT 0 ld.global.nc (__ldg, the default), 1 ld.global.cs (__ldcs: evict first),
+               2 ld.global.nc.L1::no_allocate.L2::256B, 3 ld.global.nc.L2::256B, 4 a plain load;
+   VEC_ST_HINT 0 a plain store (the default), 1 st.global.cs (__stcs: evict first),
+               2 st.global.L1::no_allocate. */
+#ifndef VEC_LD_HINT
+#define VEC_LD_HINT 0
+#endif
+#ifndef VEC_ST_HINT
+#define VEC_ST_HINT 0
+#endif
+
+DEVICE_FN uint4 vec_ld16(const void* p)
+{
+#if VEC_LD_HINT == 1
+    return __ldcs((const uint4*)p);
+#elif VEC_LD_HINT == 2 || VEC_LD_HINT == 3
+    uint4 t;
+#if VEC_LD_HINT == 2
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(t.x), "=r"(t.y), "=r"(t.z), "=r"(t.w)
+        : "l"(p));
+#else
+    asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(t.x), "=r"(t.y), "=r"(t.z), "=r"(t.w)
+        : "l"(p));
+#endif
+    return t;
+#elif VEC_LD_HINT == 4
+    return *(const uint4*)p;
+#else
+    return __ldg((const uint4*)p);
+#endif
+}
+
+DEVICE_FN void vec_st16(void* p, uint4 v)
+{
+#if VEC_ST_HINT == 1
+    __stcs((uint4*)p, v);
+#elif VEC_ST_HINT == 2
+    asm volatile("st.global.L1::no_allocate.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :
+                 : "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+#else
+    *(uint4*)p = v;
+#endif
+}
+
 DEVICE_FN void load_vec(const data_t* p, i64 off, float* v)
 {
+    const uint4 t = vec_ld16(p + off);
 #if MIOPY_DTYPE == 0
-    const float4 t = __ldg((const float4*)(p + off));
-    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    v[0] = __uint_as_float(t.x); v[1] = __uint_as_float(t.y);
+    v[2] = __uint_as_float(t.z); v[3] = __uint_as_float(t.w);
 #else
-    const uint4 t = __ldg((const uint4*)(p + off));
     const u32 w[4] = {t.x, t.y, t.z, t.w};
     UNROLL
     for(int k = 0; k < 4; ++k)
@@ -93,7 +143,8 @@ DEVICE_FN void load_vec(const data_t* p, i64 off, float* v)
 DEVICE_FN void store_vec(data_t* p, i64 off, const float* v)
 {
 #if MIOPY_DTYPE == 0
-    *(float4*)(p + off) = make_float4(v[0], v[1], v[2], v[3]);
+    vec_st16(p + off, make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                                 __float_as_uint(v[3])));
 #else
     u32 w[4];
     UNROLL
@@ -106,7 +157,7 @@ DEVICE_FN void store_vec(data_t* p, i64 off, const float* v)
         w[k] = (u32)float_to_bf16(v[2 * k]) | ((u32)float_to_bf16(v[2 * k + 1]) << 16);
 #endif
     }
-    *(uint4*)(p + off) = make_uint4(w[0], w[1], w[2], w[3]);
+    vec_st16(p + off, make_uint4(w[0], w[1], w[2], w[3]));
 #endif
 }
 #endif

@@ -10,11 +10,16 @@ copy at all. On NHWC data (rows = N*H*W positions):
 On NCHW data forward and backward data are a strided batch over the images; the weights need a
 sum over images that one product cannot express there (GemmWrwUniversal does it).
 
-The products are the GemmPlans of the cuBLAS solvers in gemm.py, run by cuBLASLt instead: its
-heuristics list up to sixteen candidate algorithms for the shape; the config is the index of one
-(``{"algo": i}``), find times every candidate (``search_in_find``) and the perf DB keeps the
-winner. cuBLASLt may use up to 32 MiB of workspace (its Hopper split-K kernels want it); the
-solution asks for what the chosen algorithm needs.
+The products are the GemmPlans of the cuBLAS solvers in gemm.py, run by cuBLASLt instead, in two
+formulations: column-major (the library's native one: D = y^T, so K is its M) and row-major
+(every layout CUBLASLT_ORDER_ROW: the rows of y are its M). A config names one algorithm by its
+attributes, ``{"order": "col"|"row", "id", "tile", "stages", "splitk", "reduction", "swizzle",
+"custom", "cluster", "inner"}`` (cuda_libs.ALGO_FIELDS); the search space is the heuristics' picks
+of both formulations and variations of the best few (cuda_libs.LtGemm.candidates), find times
+every one (``search_in_find``) and the perf DB keeps the winner. A config is valid only when
+cuBLASLt's cublasLtMatmulAlgoCheck accepts it for this product here, so a stale record (another
+library version or device) is refused, never run. cuBLASLt may use up to 32 MiB of workspace (its
+Hopper split-K kernels want it); the solution asks for what the chosen algorithm needs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar
 
+from miopy import log
+from miopy.backends.cuda_libs import ALGO_FIELDS, ORDER_COL, ORDER_ROW
+from miopy.errors import MiopyError
 from miopy.problem.conv import ConvProblem
 from miopy.solution import Call, Program, Tensor, Workspace
 from miopy.solvers.base import TunableSolver
@@ -38,7 +46,11 @@ from miopy.solvers.conv.gemm import (
 )
 from miopy.tensor import DataType
 
+_log = log.get("miopy.solvers.conv.gemm_lt")
+
 _LT_TYPES = {DataType.FP32: 0, DataType.FP16: 2, DataType.BF16: 14}
+ORDERS = {"col": ORDER_COL, "row": ORDER_ROW}
+CONFIG_KEYS = frozenset(("order", *ALGO_FIELDS))
 
 
 def _lt_usable(ctx) -> str | None:
@@ -62,9 +74,13 @@ def _lt_gemm(key: tuple) -> Any:
     return LtGemm(*key)
 
 
-def lt_problem(plan: GemmPlan, dtype: DataType) -> tuple[tuple, dict[str, tuple[str, int]]] | None:
+def lt_problem(
+    plan: GemmPlan, dtype: DataType, order: int = ORDER_COL
+) -> tuple[tuple, dict[str, tuple[str, int]]] | None:
     """(LtGemm arguments, {"a"|"b"|"d": (role, element offset)}) for a row-major plan, or None
-    when cuBLASLt cannot express it (two batch levels, or a layout no BLAS takes)."""
+    when cuBLASLt cannot express it (two batch levels, or a layout no BLAS takes). ``order``
+    ORDER_COL: the column-major product C^T = B^T A^T (cuBLASLt's A is our B); ORDER_ROW: C = A B
+    with every layout row-major."""
     p = _blas_plan(plan)
     if p is None or (p.batch0 > 1 and p.batch1 > 1):
         return None
@@ -74,10 +90,19 @@ def lt_problem(plan: GemmPlan, dtype: DataType) -> tuple[tuple, dict[str, tuple[
     trans_b, ldb = _blas_layout(p.b, p.k, p.n)  # type: ignore[misc]
     _, ldc = _blas_layout(p.c, p.m, p.n)  # type: ignore[misc]
     sa, sb, sc = (getattr(o, level) if batch > 1 else 0 for o in (p.a, p.b, p.c))
-    # Column-major: the row-major C = A B is C^T = B^T A^T, so cuBLASLt's A is our B.
-    key = (_LT_TYPES[dtype], int(trans_b), int(trans_a), p.n, p.m, p.k, ldb, lda, ldc, batch, sb, sa, sc)
+    t = _LT_TYPES[dtype]
+    if order == ORDER_ROW:
+        key = (t, int(trans_a), int(trans_b), p.m, p.n, p.k, lda, ldb, ldc, batch, sa, sb, sc, ORDER_ROW)
+        roles = {"a": (p.a.role, p.a.offset), "b": (p.b.role, p.b.offset), "d": (p.c.role, p.c.offset)}
+        return key, roles
+    key = (t, int(trans_b), int(trans_a), p.n, p.m, p.k, ldb, lda, ldc, batch, sb, sa, sc, ORDER_COL)
     roles = {"a": (p.b.role, p.b.offset), "b": (p.a.role, p.a.offset), "d": (p.c.role, p.c.offset)}
     return key, roles
+
+
+def config_of(order: str, algo: Any) -> dict[str, Any]:
+    """The perf-DB config naming ``algo`` (a cuda_libs.LtAlgo) of formulation ``order``."""
+    return {"order": order, **algo.fields()}
 
 
 class _LtSolver(TunableSolver):
@@ -109,50 +134,73 @@ class _LtSolver(TunableSolver):
             return "cuBLASLt has no algorithm for it"
         return None
 
-    def _lt(self, problem: ConvProblem) -> tuple[tuple, dict[str, tuple[str, int]]] | None:
+    def _lt(
+        self, problem: ConvProblem, order: int = ORDER_COL
+    ) -> tuple[tuple, dict[str, tuple[str, int]]] | None:
         plans = [s for s in self.base._steps(problem, Dims.of(problem), own=False).steps]
         if len(plans) != 1 or not isinstance(plans[0], GemmPlan):
             return None
-        return lt_problem(plans[0], problem.dtype)
+        return lt_problem(plans[0], problem.dtype, order)
 
-    def _algos(self, problem: ConvProblem) -> list:
-        found = self._lt(problem)
-        return [] if found is None else _lt_gemm(found[0]).algos()
+    def _gemm(self, problem: ConvProblem, order: str) -> Any:
+        found = self._lt(problem, ORDERS[order])
+        if found is None:
+            return None
+        try:
+            return _lt_gemm(found[0])
+        except MiopyError as exc:  # e.g. a library without row-major layouts for this type
+            _log.info("cuBLASLt %s-major formulation refused: %s", order, exc)
+            return None
+
+    def _resolve(self, problem: ConvProblem, config: dict[str, Any]) -> Any:
+        """The checked cuda_libs.LtAlgo a config names, or None."""
+        gemm = self._gemm(problem, config["order"])
+        return None if gemm is None else gemm.resolve(tuple(config[f] for f in ALGO_FIELDS))
 
     # ---- configs ---------------------------------------------------------------------------------
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        return {"algo": 0}
+        """cuBLASLt's first heuristic pick in the column-major formulation."""
+        gemm = self._gemm(problem, "col")
+        candidates = gemm.candidates() if gemm is not None else []
+        if not candidates:
+            return {"order": "col", **dict.fromkeys(ALGO_FIELDS, 0)}
+        return config_of("col", candidates[0])
 
     def search_space(self, ctx, problem: ConvProblem) -> list[dict[str, Any]]:
-        return [{"algo": i} for i in range(len(self._algos(problem)))]
+        out = []
+        for order in ORDERS:
+            gemm = self._gemm(problem, order)
+            if gemm is not None:
+                out += [config_of(order, algo) for algo in gemm.candidates()]
+        return out
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        if not isinstance(config, dict) or set(config) != {"algo"}:
+        if not isinstance(config, dict) or set(config) != CONFIG_KEYS or config["order"] not in ORDERS:
             return False
-        index = config["algo"]
-        return (
-            isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(self._algos(problem))
-        )
+        if any(type(config[f]) is not int for f in ALGO_FIELDS):
+            return False
+        return self._resolve(problem, config) is not None
 
     def workspace_size(self, ctx, problem: ConvProblem) -> int:
-        algos = self._algos(problem)
-        return algos[0][1] if algos else 0
+        algo = self._resolve(problem, self.default_config(ctx, problem))
+        return algo.workspace if algo is not None else 0
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         config = config or self.default_config(ctx, problem)
-        found = self._lt(problem)
+        found = self._lt(problem, ORDERS[config["order"]])
         assert found is not None, "checked by is_applicable"
         key, roles = found
-        index = int(config["algo"])
         gemm = _lt_gemm(key)
+        algo = self._resolve(problem, config)
+        assert algo is not None, "checked by is_valid_config"
         itemsize = problem.dtype.itemsize
 
         def operand(which: str) -> tuple[Any, int]:
             role, offset = roles[which]
             return (Workspace() if role == "ws" else Tensor(role)), offset * itemsize
 
-        args = (gemm, index, *operand("a"), *operand("b"), *operand("d"), Workspace())
-        return Program((Call("lt_matmul", args),), gemm.algos()[index][1], {"library": "cublasLt"})
+        args = (gemm, algo, *operand("a"), *operand("b"), *operand("d"), Workspace())
+        return Program((Call("lt_matmul", args),), algo.workspace, {"library": "cublasLt"})
 
 
 class GemmLtFwd1x1(_LtSolver):
@@ -175,4 +223,4 @@ class GemmLtWrw1x1(_LtSolver):
 
 LT_SOLVERS = [GemmLtFwd1x1(), GemmLtBwd1x1(), GemmLtWrw1x1()]
 
-__all__ = ["LT_SOLVERS", "GemmLtBwd1x1", "GemmLtFwd1x1", "GemmLtWrw1x1", "lt_problem"]
+__all__ = ["LT_SOLVERS", "GemmLtBwd1x1", "GemmLtFwd1x1", "GemmLtWrw1x1", "config_of", "lt_problem"]
