@@ -27,7 +27,13 @@ import activ_pool as ap  # noqa: E402  (torch first)
 torch = ap.torch
 # activ_pool's timer with a shorter hold (about 2 ms, time enough to queue 40 launches): many variants
 ap.device_us = ap.Timer(iters=ap.ITERS, reps=ap.REPS, sleep_cycles=4_000_000)
-GEOMETRIES = ({"local": 512, "unroll": 1}, {"local": 256, "unroll": 2})
+GEOMETRIES = (
+    {"local": 512, "unroll": 1},
+    {"local": 256, "unroll": 1},
+    {"local": 128, "unroll": 1},
+    {"local": 256, "unroll": 2},
+    {"local": 128, "unroll": 2},
+)
 LD_HINTS, ST_HINTS = (0, 1, 2, 3), (0, 1)
 
 
@@ -47,7 +53,8 @@ def with_defines(sol, extra: dict):
     spec = launch.spec
     new = KernelSpec(spec.file, spec.name, {**dict(spec.defines), **extra}, spec.global_size, spec.local_size)
     program = dataclasses.replace(sol.program, steps=(dataclasses.replace(launch, spec=new),))
-    return dataclasses.replace(sol, program=program)
+    # a config of its own: the handle caches invokers by (problem, solver, config)
+    return dataclasses.replace(sol, program=program, config={**(sol.config or {}), **extra})
 
 
 def setup(handle, dtype: str, c: int, hw: int, direction: str):

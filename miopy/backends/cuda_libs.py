@@ -69,8 +69,9 @@ LT_WORKSPACE = 32 << 20  # what cuBLASLt may use (its Hopper split-K kernels wan
 LT_ALIGNMENT = 16  # bytes every pointer handed to a cuBLASLt call must be aligned to
 LT_MAX_ALGOS = 16
 LT_HEURISTIC_ALGOS = 32  # heuristic picks that candidates() starts from
-LT_VARY_TOP = 4  # distinct heuristic picks whose attributes candidates() varies
-LT_SEARCH_MAX = 128  # candidates() returns at most this many
+LT_VARY_TOP = 4  # distinct heuristic picks whose attributes candidates() varies one at a time
+LT_PAIR_TOP = 2  # ... and whose custom option, cluster shape and swizzle it varies together
+LT_SEARCH_MAX = 256  # candidates() returns at most this many
 
 _vp, _i32, _i64, _u64, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t
 
@@ -285,7 +286,7 @@ class LtGemm:
         self._broad: list[tuple[_Algo, int]] | None = None
         self._resolved: dict[tuple[int, ...], LtAlgo | None] = {}
         self._picks: dict[tuple[int, ...], tuple[_Algo, int]] | None = None
-        self._candidates: list[LtAlgo] | None = None
+        self._candidates: dict[tuple[int, int], list[LtAlgo]] = {}
 
     @staticmethod
     def _layout(data_type: int, rows: int, cols: int, ld: int, batch: int, stride: int, order: int) -> Any:
@@ -365,7 +366,12 @@ class LtGemm:
         if config in self._resolved:
             return self._resolved[config]
         found = None
-        if len(config) == len(ALGO_FIELDS) and all(0 <= v < 2**31 for v in config):
+        fields = dict(zip(ALGO_FIELDS, config, strict=False))
+        if (
+            len(config) == len(ALGO_FIELDS)
+            and all(0 <= v < 2**31 for v in config)
+            and 1 <= fields["splitk"] <= max(self.k, 1)
+        ):
             pick = self._by_config().get(config)
             found = LtAlgo(config, *pick) if pick is not None else self._build(config)
         self._resolved[config] = found
@@ -397,48 +403,59 @@ class LtGemm:
             return None  # the library changed a value: not the algorithm asked for
         return LtAlgo(config, algo, int(result.workspace))
 
-    def _variants(self, base: tuple[int, ...]) -> list[tuple[int, ...]]:
-        """Configs one or two attributes away from ``base``: the other swizzle, split-K counts
-        (with each reduction scheme the algorithm offers), cluster shapes, custom options, the
-        algorithm's other stage counts."""
+    def _variants(self, base: tuple[int, ...], pairs: bool) -> list[tuple[int, ...]]:
+        """Configs near ``base``: the other swizzle, split-K counts (with each reduction scheme
+        the algorithm offers), cluster shapes, custom options, the algorithm's other stage counts;
+        with ``pairs`` also every (custom option, cluster shape, swizzle) combination."""
         b = dict(zip(ALGO_FIELDS, base, strict=True))
         algo = self._init(b["id"])
         if algo is None:
             return []
-        out: list[dict[str, int]] = []
+        swizzles = [b["swizzle"]]
         if _cap(algo, _CAP_SWIZZLE):
-            out.append({**b, "swizzle": 1 - min(b["swizzle"], 1)})
+            swizzles = sorted({b["swizzle"], 1 - min(b["swizzle"], 1)})
+        customs = range(min(_cap(algo, _CAP_CUSTOM_MAX), 7) + 1)
+        clusters = [b["cluster"], *(c for c in CLUSTER_SHAPES if c != b["cluster"])]
+        out: list[dict[str, int]] = [{**b, "swizzle": s} for s in swizzles]
         mask = _cap(algo, _CAP_REDUCTION_MASK)
         splits = [s for s in SPLITS if s == 1 or (_cap(algo, _CAP_SPLITK) and self.k // s >= SPLIT_MIN_K)]
         for split in splits:
             schemes = [r for r in (REDUCTION_INPLACE, REDUCTION_COMPUTE_TYPE) if r & mask]
             for scheme in [0] if split == 1 else schemes:
-                for swizzle in sorted({b["swizzle"], 1 - min(b["swizzle"], 1)}):
-                    out.append({**b, "splitk": split, "reduction": scheme, "swizzle": swizzle})
-        out += [{**b, "cluster": c} for c in CLUSTER_SHAPES]
-        out += [{**b, "custom": c} for c in range(min(_cap(algo, _CAP_CUSTOM_MAX), 7) + 1)]
+                out += [{**b, "splitk": split, "reduction": scheme, "swizzle": s} for s in swizzles]
+        out += [{**b, "cluster": c} for c in clusters]
+        out += [{**b, "custom": c} for c in customs]
         out += [{**b, "stages": s} for s in _cap_list(algo, _CAP_STAGES_IDS)[:24]]
+        if pairs:
+            out += [
+                {**b, "custom": c, "cluster": g, "swizzle": s}
+                for c in customs
+                for g in clusters
+                for s in swizzles
+            ]
         return [tuple(v[f] for f in ALGO_FIELDS) for v in out]
 
-    def candidates(self) -> list[LtAlgo]:
+    def candidates(self, vary: int = LT_VARY_TOP, pairs: int = LT_PAIR_TOP) -> list[LtAlgo]:
         """The algorithms find times, each checked: the heuristics' picks in their order, then
-        variations of the LT_VARY_TOP best distinct picks; at most LT_SEARCH_MAX."""
-        if self._candidates is None:
+        variations of the ``vary`` best distinct picks (combinations of custom option, cluster
+        shape and swizzle for the ``pairs`` best); at most LT_SEARCH_MAX. Cached per arguments."""
+        key = (vary, pairs)
+        if key not in self._candidates:
             seen: dict[tuple[int, ...], LtAlgo] = {}
             for config in self.picks():
                 found = self.resolve(config)
                 if found is not None:
                     seen.setdefault(config, found)
-            for base in list(seen)[:LT_VARY_TOP]:
-                for config in self._variants(base):
+            for rank, base in enumerate(list(seen)[:vary]):
+                for config in self._variants(base, rank < pairs):
                     if len(seen) >= LT_SEARCH_MAX:
                         break
                     if config not in seen:
                         found = self.resolve(config)
                         if found is not None:
                             seen[config] = found
-            self._candidates = list(seen.values())
-        return self._candidates
+            self._candidates[key] = list(seen.values())
+        return self._candidates[key]
 
     def every_algorithm(self, limit: int = 4000) -> list[LtAlgo]:
         """A wide enumeration (benchmarks only): every algorithm id the library has for these

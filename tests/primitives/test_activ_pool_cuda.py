@@ -141,7 +141,8 @@ def with_defines(solution, extra: dict):
     s = launch.spec
     spec = KernelSpec(s.file, s.name, {**dict(s.defines), **extra}, s.global_size, s.local_size)
     program = dataclasses.replace(solution.program, steps=(dataclasses.replace(launch, spec=spec),))
-    return dataclasses.replace(solution, program=program)
+    # a config of its own: the handle caches invokers by (problem, solver, config)
+    return dataclasses.replace(solution, program=program, config={**(solution.config or {}), **extra})
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
@@ -160,6 +161,8 @@ def test_relu_on_bits_and_cache_hints(cuda, dtype, direction):
         x.flat[: special.size * 3] = np.tile(special, 3)
         dy = rng.uniform(-0.5, 0.5, lens)
         base = make_solution(cuda, problem, ACTIV[direction][0])
+        defines = dict(base.kernels[0].defines)
+        assert defines.get("ACTIV_RAW") == (1 if dtype != "fp32" else None)  # the default: on the bits
         for raw in (0, 1):
             for ld in range(5):
                 for st in range(3):

@@ -156,7 +156,9 @@ KERNEL void activ_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
                              const GLOBAL data_t* RESTRICT dy, GLOBAL data_t* RESTRICT dx, i64 n, int mode,
                              float a, float b, float g)
 {
-    if(ALIGNED16(x) && ALIGNED16(y) && ALIGNED16(dy) && ALIGNED16(dx))
+    /* only the tensors the mode reads need the check (constants once ACTIV_MODE is defined) */
+    if((!ACTIV_BWD_X || ALIGNED16(x)) && (!ACTIV_BWD_Y || ALIGNED16(y)) && (!ACTIV_BWD_DY || ALIGNED16(dy)) &&
+       ALIGNED16(dx))
     {
         const aidx_t nvec = (aidx_t)(n / VEC);
         const aidx_t first = (aidx_t)GROUP_ID0 * ACTIV_TILE + (aidx_t)LOCAL_ID0;

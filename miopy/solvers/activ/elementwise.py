@@ -25,6 +25,7 @@ VEC_BYTES = 16
 PACKED_LOCALS = (64, 128, 256, 512)
 PACKED_UNROLLS = (1, 2, 4)
 SMALL_ELEMENTS = 4 << 20  # forward: up to here, 16 elements per work item
+RELU = 3  # miopenActivationRELU
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -111,6 +112,8 @@ class _Packed(_Activ, TunableSolver):
             defines["ACTIV_IDX32"] = 1
         if specialize(ctx):
             defines["ACTIV_MODE"] = int(problem.desc.mode)
+            if int(problem.desc.mode) == RELU and problem.dtype.itemsize == 2:
+                defines["ACTIV_RAW"] = 1  # on the bits, no fp32 round trip (kernels/common/activ.h)
         return KernelSpec("activ", self.kernel, defines, (groups * local,), (local,))
 
 

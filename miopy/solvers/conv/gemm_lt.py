@@ -161,17 +161,20 @@ class _LtSolver(TunableSolver):
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """cuBLASLt's first heuristic pick in the column-major formulation."""
         gemm = self._gemm(problem, "col")
-        candidates = gemm.candidates() if gemm is not None else []
-        if not candidates:
-            return {"order": "col", **dict.fromkeys(ALGO_FIELDS, 0)}
-        return config_of("col", candidates[0])
+        for config in gemm.picks() if gemm is not None else []:
+            algo = gemm.resolve(config)
+            if algo is not None:
+                return config_of("col", algo)
+        return {"order": "col", **dict.fromkeys(ALGO_FIELDS, 0)}
 
     def search_space(self, ctx, problem: ConvProblem) -> list[dict[str, Any]]:
+        """The column-major formulation's candidates, then the row-major one's (its heuristic
+        picks and single-attribute variations of its best two: it rarely wins, by little)."""
         out = []
-        for order in ORDERS:
+        for order, depth in (("col", {}), ("row", {"vary": 2, "pairs": 0})):
             gemm = self._gemm(problem, order)
             if gemm is not None:
-                out += [config_of(order, algo) for algo in gemm.candidates()]
+                out += [config_of(order, algo) for algo in gemm.candidates(**depth)]
         return out
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
