@@ -70,8 +70,8 @@ LT_ALIGNMENT = 16  # bytes every pointer handed to a cuBLASLt call must be align
 LT_MAX_ALGOS = 16
 LT_HEURISTIC_ALGOS = 32  # heuristic picks that candidates() starts from
 LT_VARY_TOP = 4  # distinct heuristic picks whose attributes candidates() varies one at a time
-LT_PAIR_TOP = 2  # ... and whose custom option, cluster shape and swizzle it varies together
-LT_SEARCH_MAX = 256  # candidates() returns at most this many
+LT_PAIR_TOP = 1  # ... and whose custom option, cluster shape and swizzle it varies together
+LT_SEARCH_MAX = 192  # candidates() returns at most this many
 
 _vp, _i32, _i64, _u64, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t
 
