@@ -163,20 +163,21 @@ def test_relu_on_bits_and_cache_hints(cuda, dtype, direction):
         base = make_solution(cuda, problem, ACTIV[direction][0])
         defines = dict(base.kernels[0].defines)
         assert defines.get("ACTIV_RAW") == (1 if dtype != "fp32" else None)  # the default: on the bits
+        assert base.config["stream"] == (1 if direction == "B" else 0)  # small: streaming hints
+        assert defines.get("VEC_LD_HINT") == (1 if direction == "B" else None)
         for raw in (0, 1):
-            for ld in range(5):
-                for st in range(3):
-                    extra = {"ACTIV_RAW": raw, "VEC_LD_HINT": ld, "VEC_ST_HINT": st}
-                    host = {r: store_logical(np.full(lens, np.nan), d) for r, d in descs.items()}
-                    host["x"] = store_logical(x, descs["x"])
-                    xs = logical(problem, "x", host["x"])
-                    if direction == "F":
-                        want = np.where(xs > 0, xs, 0.0)
-                    else:
-                        host["y"] = store_logical(np.where(xs > 0, xs, 0.0), descs["y"])
-                        host["dy"] = store_logical(dy, descs["dy"])
-                        want = np.where(xs > 0, logical(problem, "dy", host["dy"]), 0.0)
-                    run(cuda, with_defines(base, extra), host)
-                    (out,) = problem.outputs
-                    got = logical(problem, out, host[out])
-                    np.testing.assert_array_equal(got, want, err_msg=f"{lens} {extra}")
+            for ld, st in ((0, 0), (1, 1), (2, 0), (3, 2), (4, 1)):
+                extra = {"ACTIV_RAW": raw, "VEC_LD_HINT": ld, "VEC_ST_HINT": st}
+                host = {r: store_logical(np.full(lens, np.nan), d) for r, d in descs.items()}
+                host["x"] = store_logical(x, descs["x"])
+                xs = logical(problem, "x", host["x"])
+                if direction == "F":
+                    want = np.where(xs > 0, xs, 0.0)
+                else:
+                    host["y"] = store_logical(np.where(xs > 0, xs, 0.0), descs["y"])
+                    host["dy"] = store_logical(dy, descs["dy"])
+                    want = np.where(xs > 0, logical(problem, "dy", host["dy"]), 0.0)
+                run(cuda, with_defines(base, extra), host)
+                (out,) = problem.outputs
+                got = logical(problem, out, host[out])
+                np.testing.assert_array_equal(got, want, err_msg=f"{lens} {extra}")

@@ -104,8 +104,10 @@ def test_packed_configs(ocl, direction):
     solver = (FWD if direction == "F" else BWD)["packed"]
     space = list(solver.search_space(ocl, None))
     assert solver.default_config(ocl, None) in space
-    configs = [{"local": 64, "unroll": 4}, {"local": 512, "unroll": 2}]
+    configs = [{"local": 64, "unroll": 4, "stream": 0}, {"local": 512, "unroll": 2, "stream": 0}]
     assert all(c in space for c in configs)
+    assert all(c["stream"] == 0 for c in space)  # cache hints are CUDA's
+    assert solver.is_valid_config(ocl, None, {"local": 64, "unroll": 4})  # a record from before "stream"
     # 4 * 7 * 11 * 13 = 4004 fp32: 1001 vectors, the last group partial; 3 elements: a tail only
     for lens in ((4, 7, 11, 13), (1, 3, 1, 1)):
         problem = ActivationProblem.create(_desc(ActivationMode.ELU), TensorDesc("fp32", lens), direction)
@@ -113,6 +115,9 @@ def test_packed_configs(ocl, direction):
             check_activ(ocl, make_solution(ocl, problem, solver, cfg=cfg), rng)
     assert not solver.is_valid_config(ocl, None, {"local": 96, "unroll": 1})
     assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": True})
+    assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "stream": 2})
+    assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "stream": True})
+    assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "hint": 1})
 
 
 def test_solvers_refuse_other_problems(ocl):

@@ -2,11 +2,14 @@
 
 Packed: every tensor dense with the same strides, so the data are one flat array: 16-byte vector
 loads and stores (4 fp32 or 8 fp16/bf16 per vector), a grid that covers the data once. Tunable:
-the work-group size and the vectors per work item. Defaults from an H200 sweep of the ResNet-50
-ReLUs (64-512 work items x 1-4 vectors; all within 3 % of each other): forward 256 work items,
-16 elements each up to 4 Mi elements (fp32 128x28x28: 8.81 against 9.08 us with one vector),
-one vector above; backward 512 work items of one vector. Strided: any lens and strides, one
-element per step; the fallback."""
+the work-group size, the vectors per work item and, on CUDA, streaming cache hints
+(``"stream": 1``: ld.global.cs / st.global.cs, evict first). Defaults from H200 sweeps of the
+ResNet-50 ReLUs: forward 256 work items, 16 elements each up to 4 Mi elements (fp32 128x28x28:
+8.81 against 9.08 us with one vector), one vector above; backward 512 work items of one vector,
+and 256 with streaming hints where it moves at most 24 MiB (fp16 NHWC, L2 flushed inputs: 512x7x7
+3.57 against 3.88 us without, torch 3.87; 256x14x14 4.95 / 5.19 / 5.18; 128x28x28 7.26 / 7.47 /
+7.42; from 77 MB on the hints cost 1-3 %). On CUDA, ReLU on fp16/bf16 works on the bits
+(ACTIV_RAW). Strided: any lens and strides, one element per step; the fallback."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ PACKED_LOCALS = (64, 128, 256, 512)
 PACKED_UNROLLS = (1, 2, 4)
 SMALL_ELEMENTS = 4 << 20  # forward: up to here, 16 elements per work item
 RELU = 3  # miopenActivationRELU
+STREAM_MAX_BYTES = 24 << 20  # backward on CUDA: streaming cache hints up to this many bytes moved
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -87,19 +91,36 @@ class _Packed(_Activ, TunableSolver):
 
     def default_config(self, ctx, problem) -> dict[str, Any]:
         if self.direction is Pass.BACKWARD:
-            return {"local": 512, "unroll": 1}
+            if specialize(ctx) and problem is not None and problem.bytes() <= STREAM_MAX_BYTES:
+                return {"local": 256, "unroll": 1, "stream": 1}
+            return {"local": 512, "unroll": 1, "stream": 0}
         if problem is not None and problem.descs[0][1].element_count <= SMALL_ELEMENTS:
-            return {"local": 256, "unroll": 16 * problem.dtype.itemsize // VEC_BYTES}
-        return {"local": 256, "unroll": 1}
+            return {"local": 256, "unroll": 16 * problem.dtype.itemsize // VEC_BYTES, "stream": 0}
+        return {"local": 256, "unroll": 1, "stream": 0}
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
-        return [{"local": lo, "unroll": u} for lo in PACKED_LOCALS for u in PACKED_UNROLLS]
+        streams = (0, 1) if specialize(ctx) else (0,)  # OpenCL has no cache hints here
+        return [
+            {"local": lo, "unroll": u, "stream": st}
+            for lo in PACKED_LOCALS
+            for u in PACKED_UNROLLS
+            for st in streams
+        ]
 
     def is_valid_config(self, ctx, problem, config: Any) -> bool:
-        if not isinstance(config, dict) or set(config) != {"local", "unroll"}:
+        """``{"local", "unroll", "stream"}``; a record without ``stream`` (written before it
+        existed) means 0."""
+        if not isinstance(config, dict) or set(config) - {"stream"} != {"local", "unroll"}:
             return False
-        lo, u = config["local"], config["unroll"]
-        return type(lo) is int and type(u) is int and lo in PACKED_LOCALS and u in PACKED_UNROLLS
+        lo, u, st = config["local"], config["unroll"], config.get("stream", 0)
+        return (
+            type(lo) is int
+            and type(u) is int
+            and type(st) is int
+            and lo in PACKED_LOCALS
+            and u in PACKED_UNROLLS
+            and st in (0, 1)
+        )
 
     def packed_spec(self, ctx, problem: ActivationProblem, config: dict | None) -> KernelSpec:
         cfg = config or self.default_config(ctx, problem)
@@ -114,6 +135,8 @@ class _Packed(_Activ, TunableSolver):
             defines["ACTIV_MODE"] = int(problem.desc.mode)
             if int(problem.desc.mode) == RELU and problem.dtype.itemsize == 2:
                 defines["ACTIV_RAW"] = 1  # on the bits, no fp32 round trip (kernels/common/activ.h)
+            if cfg.get("stream", 0):  # ld.global.cs / st.global.cs (kernels/common/vec.h)
+                defines["VEC_LD_HINT"] = defines["VEC_ST_HINT"] = 1
         return KernelSpec("activ", self.kernel, defines, (groups * local,), (local,))
 
 
