@@ -19,6 +19,7 @@ modes are set once); the handle caches these per (solution, buffers)."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -378,8 +379,26 @@ class Backend(BackendBase):
         self._keyers: dict[type, Callable[[Any], Any]] = {}
         self._cublas_handle: int | None = None
         self._cublas_stream: int | None = None
+        self._blas_lock = threading.Lock()
         self._spin: Any = None
         self._flush_buf: Any = None
+        # Setting up the vendor libraries (loading cuBLAS and cuBLASLt, creating their handles)
+        # takes tens of milliseconds: it starts now, on a thread of its own, as MIOpen creates its
+        # BLAS handle with the handle, so that the first GEMM of a fresh process finds it done
+        # (it waits for it otherwise, and a failure there is only reported by that GEMM).
+        self._blas_thread = threading.Thread(target=self._set_up_blas, name="miopy-blas-set-up", daemon=True)
+        self._blas_thread.start()
+        atexit.register(self._blas_thread.join, 10)  # never torn down in the middle of it
+
+    def _set_up_blas(self) -> None:
+        from miopy.backends import cuda_libs as libs
+
+        try:
+            self._cublas()
+            with self.device:
+                libs.lt_handle()
+        except Exception as exc:  # the first GEMM tries again and says what went wrong
+            _log.debug("cuBLAS set-up in the background failed (%s)", exc)
 
     # ---- streams ------------------------------------------------------------------------------
     def set_stream(self, stream: Any) -> None:
@@ -892,7 +911,7 @@ class Backend(BackendBase):
             from miopy.backends import cuda_libs as libs
 
             lib = libs.cublas()
-            with self._lock, self.device:
+            with self._blas_lock, self.device:
                 if self._cublas_handle is None:
                     handle = ctypes.c_void_p()
                     libs.check(lib.create(ctypes.byref(handle)), "cublasCreate")
