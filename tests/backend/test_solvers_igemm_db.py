@@ -49,7 +49,7 @@ def direction_of(problem) -> str:
     return problem.solver_view().key()[-1]
 
 
-@pytest.mark.parametrize("dtype", ["fp16"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_shipped_db_has_a_tuned_config_for_every_benchmark_layer(monkeypatch, tmp_path, dtype):
     assert (SHIPPED / f"{BASE}.db").is_file() and (SHIPPED / f"{BASE}.txt").is_file()
     handle = h200(monkeypatch, tmp_path, SHIPPED)
