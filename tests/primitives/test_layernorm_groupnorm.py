@@ -133,3 +133,53 @@ def test_opencl_apply_is_division_free(ocl):
     # batch norm NHWC, 64 channels: d0 = 64, key = j
     assert apply_2d_layout(64 * 49, 1, 64, 0, 0, 1, 1, False) == (64, 1, 49, 1, 1, 0)
     assert apply_2d_layout(240, 2, 4, 120, 4, 1, 8, True) is None
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: LayerNormProblem(NdDesc("fp32", (13, 3, 50)), 1, 1e-5, 1, d),
+        lambda d: LayerNormProblem(NdDesc("fp16", (11, 700)), 1, 1e-5, 1, d),
+        lambda d: LayerNormProblem(NdDesc("bf16", (5, 2, 33)), 2, 1e-4, 0, d),
+        lambda d: GroupNormProblem(NdDesc("fp32", (5, 12, 7, 3)), 3, 1e-5, 1, d),
+        lambda d: GroupNormProblem(NdDesc("fp16", (3, 8, 19)), 2, 1e-5, 1, d),
+        lambda d: GroupNormProblem(NdDesc("bf16", (2, 6, 2, 3, 2)), 6, 1e-5, 0, d),
+    ],
+)
+def test_one_pass_rows(ocl, make):
+    """The one-pass row solvers (a row or group per work-group, held in registers; several rows
+    per work-group, so the weight gradients add up partials of several work-groups), with and
+    without weights, centred and far from zero."""
+    rng = np.random.default_rng(12)
+    for d in "FB":
+        p = make(d)
+        name = {"layernorm": "LayerNorm", "groupnorm": "GroupNorm"}[p.primitive]
+        name += "FwdRows" if d == "F" else "BwdRows"
+        solver = next(s for s in SOLVERS[p.primitive] if s.name == name)
+        assert solver.is_applicable(ocl, p) is None, p.key()
+        for offset in (0.0, 50.0):
+            bufs = ref.random_buffers(p, rng, offset=offset)
+            want = ref.reference(p, bufs)
+            make_solution(ocl, p, solver).run(ocl, bufs)
+            t = p.tensors()
+            limit = {"FP32": 2e-6, "FP16": 2e-3, "BF16": 1.6e-2}[p.dtype.value]
+            for role, w in want.items():
+                err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                assert err < limit, f"{name} {p.key()} {role} offset {offset}: {err}"
+
+
+def test_one_pass_rows_refuse(ocl):
+    """Strided x, and groups too long for a work-group, are left to the other solvers."""
+    h = ocl
+    gbwd = next(s for s in SOLVERS["groupnorm"] if s.name == "GroupNormBwdRows")
+    lbwd = next(s for s in SOLVERS["layernorm"] if s.name == "LayerNormBwdRows")
+    assert "NCHW" in gbwd.is_applicable(
+        h, GroupNormProblem(NdDesc("fp32", (2, 4, 3), (12, 1, 4)), 2, 1e-5, 1, "B")
+    )
+    assert "long" in gbwd.is_applicable(
+        h, GroupNormProblem(NdDesc("fp32", (1, 2, 200, 200)), 1, 1e-5, 1, "B")
+    )
+    assert "row-major" in lbwd.is_applicable(
+        h, LayerNormProblem(NdDesc("fp32", (3, 4), (1, 3)), 1, 1e-5, 1, "B")
+    )
+    assert "registers" in lbwd.is_applicable(h, LayerNormProblem(NdDesc("fp32", (2, 5000)), 1, 1e-5, 1, "B"))

@@ -141,8 +141,13 @@ def test_layernorm_bert_rows(cuda, dtype, direction):
 
     rng = np.random.default_rng(3)
     p = LayerNormProblem(NdDesc(dtype, (4, 128, 768)), 2, 1e-5, 1, direction)
-    # forward: packed, one-pass rows (LayerNormFwdRows) and strided; backward: packed and strided
-    assert _check_ln(cuda, p, rng) == (3 if direction == "F" else 2)
+    # packed, one-pass rows (LayerNormFwdRows / LayerNormBwdRows) and strided
+    assert _check_ln(cuda, p, rng) == 3
+    # several rows per work-group and many work-groups' weight-gradient partials; 1000 wide
+    # (vectors in part of the last slice), far from zero
+    for lens in ((2048, 1024), (300, 1000)):
+        q = LayerNormProblem(NdDesc(dtype, lens), 1, 1e-5, 1, direction)
+        assert _check_ln(cuda, q, rng, offset=30.0) == 3
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
@@ -156,5 +161,23 @@ def test_groupnorm_both_layouts(cuda, dtype, layout, direction):
     lens = (4, 64, 14, 14)
     strides = channels_last_strides(lens) if layout == "NHWC" else None
     p = GroupNormProblem(NdDesc(dtype, lens, strides), 32, 1e-5, 1, direction)
-    assert _check_ln(cuda, p, rng) == 2
-    assert _check_ln(cuda, p, rng, offset=100.0) == 2
+    # NCHW also takes the one-pass GroupNorm*Rows
+    count = 3 if layout == "NCHW" else 2
+    assert _check_ln(cuda, p, rng) == count
+    assert _check_ln(cuda, p, rng, offset=100.0) == count
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("direction", ["F", "B"])
+def test_groupnorm_resnet_groups(cuda, dtype, direction):
+    """Groups of 8 channels of 56x56 (25088 elements per work-group, four 16-byte vectors per
+    work item), with and without weights, and weights of an odd channel count per group."""
+    from miopy.problem.layernorm import GroupNormProblem
+    from miopy.problem.nd import NdDesc
+
+    rng = np.random.default_rng(6)
+    for lens, g, mode in (((2, 64, 56, 56), 8, 1), ((3, 24, 56, 56), 8, 0), ((2, 21, 16, 16), 7, 1)):
+        p = GroupNormProblem(NdDesc(dtype, lens), g, 1e-5, mode, direction)
+        rows = next(s for s in SOLVERS["groupnorm"] if s.name.endswith("Rows") and s.kind == p.norm_kind)
+        assert rows.is_applicable(cuda, p) is None, p.key()
+        assert _check_ln(cuda, p, rng) >= 2

@@ -110,6 +110,10 @@ typedef u16 param_t;
 #define NORM_ID_norm_pgrad_cols_serial 15
 #define NORM_ID_ln_rows_fwd 16
 #define NORM_ID_norm_pgrad_rows_serial 17
+#define NORM_ID_ln_rows_bwd 18
+#define NORM_ID_ln_pgrad_finish 19
+#define NORM_ID_gn_rows_fwd 20
+#define NORM_ID_gn_rows_bwd 21
 #ifdef NORM_ONLY
 #define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
 #else
@@ -1139,6 +1143,536 @@ KERNEL void ln_rows_fwd(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT
             PSTORE(mean, row, shift + m);
             PSTORE(rstd, row, r);
         }
+    }
+}
+#endif
+
+/* ---- layer norm backward in one pass ----------------------------------------------------------
+   ln_rows_bwd: LN_ROWS rows at once per work-group (LOCAL_ID1), LN_LOCAL work items per row, each
+   row held in registers (LN_PER vectors of NORM_VW per work item). From the saved mean and rstd:
+     xhat = (x - mean) * rstd, g = dy * w,
+     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+   (x - mean is exact in fp32 when both are near each other, so a large mean costs nothing). With
+   pgrad, every work item also sums dy * xhat and dy over the rows it visits (its columns are the
+   same in every row), the LN_ROWS rows of a work-group are added in local memory, and the
+   work-group writes one partial row pair ws[(group * 2 + s) * L + j], s = dweight, dbias, that
+   ln_pgrad_finish adds up in a fixed order (deterministic). */
+#if NORM_WANT(ln_rows_bwd) || NORM_WANT(ln_pgrad_finish)
+#ifndef LN_LOCAL
+#define LN_LOCAL 128
+#endif
+#ifndef LN_PER
+#define LN_PER 1
+#endif
+#ifndef LN_ROWS
+#define LN_ROWS 1
+#endif
+#endif
+
+#if NORM_WANT(ln_rows_bwd)
+/* the sums of two values over the LN_LOCAL work items of each row; sh holds 2 * LN_ROWS *
+   LN_LOCAL floats */
+#ifdef __OPENCL_VERSION__
+#define LN2_SUM(sh, a, b, lid, ly)                                                                 \
+    do                                                                                             \
+    {                                                                                              \
+        LOCAL float* s0_ = (sh) + (ly) * 2 * LN_LOCAL;                                             \
+        s0_[lid] = (a);                                                                            \
+        s0_[LN_LOCAL + (lid)] = (b);                                                               \
+        BARRIER();                                                                                 \
+        for(int h_ = LN_LOCAL / 2; h_ > 0; h_ >>= 1)                                               \
+        {                                                                                          \
+            if((lid) < h_)                                                                         \
+            {                                                                                      \
+                s0_[lid] += s0_[(lid) + h_];                                                       \
+                s0_[LN_LOCAL + (lid)] += s0_[LN_LOCAL + (lid) + h_];                               \
+            }                                                                                      \
+            BARRIER();                                                                             \
+        }                                                                                          \
+        (a) = s0_[0];                                                                              \
+        (b) = s0_[LN_LOCAL];                                                                       \
+        BARRIER();                                                                                 \
+    } while(0)
+#else
+#define LN2_SUM(sh, a, b, lid, ly)                                                                 \
+    do                                                                                             \
+    {                                                                                              \
+        for(int o_ = 16; o_ > 0; o_ >>= 1)                                                         \
+        {                                                                                          \
+            (a) += __shfl_xor_sync(0xffffffffu, (a), o_);                                          \
+            (b) += __shfl_xor_sync(0xffffffffu, (b), o_);                                          \
+        }                                                                                          \
+        float* s0_ = (sh) + (ly) * 2 * (LN_LOCAL / 32);                                           \
+        if(((lid) & 31) == 0)                                                                      \
+        {                                                                                          \
+            s0_[(lid) >> 5] = (a);                                                                 \
+            s0_[LN_LOCAL / 32 + ((lid) >> 5)] = (b);                                               \
+        }                                                                                          \
+        __syncthreads();                                                                           \
+        (a) = 0.0f;                                                                                \
+        (b) = 0.0f;                                                                                \
+        for(int i_ = 0; i_ < LN_LOCAL / 32; ++i_)                                                  \
+        {                                                                                          \
+            (a) += s0_[i_];                                                                        \
+            (b) += s0_[LN_LOCAL / 32 + i_];                                                        \
+        }                                                                                          \
+        __syncthreads();                                                                           \
+    } while(0)
+#endif
+
+#ifdef __OPENCL_VERSION__
+#define LN_BWD_BOUNDS
+#else
+#define LN_BWD_BOUNDS __launch_bounds__(LN_LOCAL * LN_ROWS, 1024 / (LN_LOCAL * LN_ROWS))
+#endif
+KERNEL void LN_BWD_BOUNDS ln_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                        const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT mean,
+                        const GLOBAL param_t* RESTRICT rstd, GLOBAL data_t* RESTRICT dx,
+                        GLOBAL float* RESTRICT ws, i64 rows, int L, int affine, int pgrad)
+{
+    LOCAL float sh[2 * LN_ROWS * LN_LOCAL];
+    LOCAL float shp[LN_ROWS * LN_LOCAL * NORM_VW];
+    const int lid = LOCAL_ID0, ly = LOCAL_ID1;
+    const int va = ALIGNED16(x) && ALIGNED16(dy) && ALIGNED16(dx);
+    const float inv_l = 1.0f / (float)L;
+    float aw[LN_PER][NORM_VW], ab[LN_PER][NORM_VW], wv[LN_PER][NORM_VW];
+    for(int t = 0; t < LN_PER; ++t)
+        for(int e = 0; e < NORM_VW; ++e)
+        {
+            const int j = (t * LN_LOCAL + lid) * NORM_VW + e;
+            aw[t][e] = ab[t][e] = 0.0f;
+            wv[t][e] = (affine && j < L) ? PLOAD(w, j) : 1.0f;
+        }
+    const i64 step = (i64)(GLOBAL_SIZE0 / LN_LOCAL) * LN_ROWS;
+    for(i64 row0 = (i64)GROUP_ID0 * LN_ROWS; row0 < rows; row0 += step)
+    {
+        const i64 row = row0 + ly;
+        const int live = row < rows;
+        const i64 base = row * L;
+        const float m = live ? PLOAD(mean, row) : 0.0f;
+        const float r = live ? PLOAD(rstd, row) : 0.0f;
+        float xh[LN_PER][NORM_VW], g[LN_PER][NORM_VW];
+        float sg = 0.0f, sgx = 0.0f;
+        for(int t = 0; t < LN_PER; ++t)
+        {
+            const int j = (t * LN_LOCAL + lid) * NORM_VW;
+            if(live && j < L)
+            {
+                NORM_LOADV(x, base + j, xh[t], va);
+                NORM_LOADV(dy, base + j, g[t], va);
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    const float h = (xh[t][e] - m) * r, d = g[t][e];
+                    aw[t][e] += d * h;
+                    ab[t][e] += d;
+                    const float gw = d * wv[t][e];
+                    sg += gw;
+                    sgx += gw * h;
+                    xh[t][e] = h;
+                    g[t][e] = gw;
+                }
+            }
+        }
+        LN2_SUM(sh, sg, sgx, lid, ly);
+        sg *= inv_l;
+        sgx *= inv_l;
+        for(int t = 0; t < LN_PER; ++t)
+        {
+            const int j = (t * LN_LOCAL + lid) * NORM_VW;
+            if(live && j < L)
+            {
+                float o[NORM_VW];
+                for(int e = 0; e < NORM_VW; ++e)
+                    o[e] = r * (g[t][e] - sg - xh[t][e] * sgx);
+#if NORM_VW > 1
+                if(va)
+                    store_vec(dx, base + j, o);
+                else
+#endif
+                    for(int e = 0; e < NORM_VW; ++e)
+                        STORE(dx, base + j + e, o[e]);
+            }
+        }
+    }
+    if(!pgrad)
+        return; /* uniform across the work-group */
+    for(int s = 0; s < 2; ++s)
+        for(int t = 0; t < LN_PER; ++t)
+        {
+            for(int e = 0; e < NORM_VW; ++e)
+                shp[(ly * LN_LOCAL + lid) * NORM_VW + e] = s == 0 ? aw[t][e] : ab[t][e];
+            BARRIER();
+            if(ly == 0)
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    const int j = (t * LN_LOCAL + lid) * NORM_VW + e;
+                    float a = 0.0f;
+                    for(int q = 0; q < LN_ROWS; ++q)
+                        a += shp[(q * LN_LOCAL + lid) * NORM_VW + e];
+                    if(j < L)
+                        ws[((i64)GROUP_ID0 * 2 + s) * L + j] = a;
+                }
+            BARRIER();
+        }
+}
+#endif
+
+/* dweight, dbias = the sums of ln_rows_bwd's partial rows: a work-group of (LN_FX, LN_FY) covers
+   LN_FX columns, its LN_FY rows stride over the partials, a local tree adds them in a fixed
+   order. */
+#if NORM_WANT(ln_pgrad_finish)
+#define LN_FX 32
+#define LN_FY 16
+KERNEL void ln_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* RESTRICT dw,
+                            GLOBAL param_t* RESTRICT db, i64 L, i64 parts)
+{
+    LOCAL float sh[2 * LN_FY * LN_FX];
+    const int lx = LOCAL_ID0, ly = LOCAL_ID1;
+    const i64 j = (i64)GROUP_ID0 * LN_FX + lx;
+    float a = 0.0f, b = 0.0f;
+    if(j < L)
+        for(i64 c = ly; c < parts; c += LN_FY)
+        {
+            a += ws[(c * 2) * L + j];
+            b += ws[(c * 2 + 1) * L + j];
+        }
+    sh[ly * LN_FX + lx] = a;
+    sh[(LN_FY + ly) * LN_FX + lx] = b;
+    BARRIER();
+    for(int h = LN_FY / 2; h > 0; h >>= 1)
+    {
+        if(ly < h)
+        {
+            sh[ly * LN_FX + lx] += sh[(ly + h) * LN_FX + lx];
+            sh[(LN_FY + ly) * LN_FX + lx] += sh[(LN_FY + ly + h) * LN_FX + lx];
+        }
+        BARRIER();
+    }
+    if(ly == 0 && j < L)
+    {
+        PSTORE(dw, j, sh[lx]);
+        PSTORE(db, j, sh[LN_FY * LN_FX + lx]);
+    }
+}
+#endif
+
+/* ---- group norm in one pass (x row-major: a group's channels are one contiguous row) ----------
+   gn_rows_fwd / gn_rows_bwd: one work-group of GN_LOCAL work items per (n, group) row of
+   L = cg * HW elements, the row kept in registers in its storage type (GN_PER vectors of NORM_VW
+   per work item, loaded once), so the data move once: read x (and dy), write y (dx). Vector v of
+   a row lies in channel (row % G) * cg + v / hwv (hwv = HW / NORM_VW vectors per channel).
+   Forward: shifted two-pass statistics over the registers, y = (x - mean) * rstd * w + b.
+   Backward: xhat and g = dy * w from the saved mean and rstd, dx as layer norm's; the sums of dy
+   and dy * xhat per channel (weight gradients) are added per row slice by one warp per channel in
+   a fixed order (deterministic) and written to ws[(n * 2 + s) * C + c]; ln_pgrad_finish adds up
+   the N rows of partials. */
+#if NORM_WANT(gn_rows_fwd) || NORM_WANT(gn_rows_bwd)
+#ifndef GN_LOCAL
+#define GN_LOCAL 256
+#endif
+#ifndef GN_PER
+#define GN_PER 2
+#endif
+#ifndef GN_CG_MOST
+#define GN_CG_MOST 64 /* channels per group of gn_rows_bwd's local sums */
+#endif
+#if !defined(__OPENCL_VERSION__) && NORM_VW > 1
+typedef uint4 gn_raw_t;
+#define GN_WARP 32
+DEVICE_FN void gn_unpack(gn_raw_t t, float* v)
+{
+#if MIOPY_DTYPE == 0
+    v[0] = __uint_as_float(t.x); v[1] = __uint_as_float(t.y);
+    v[2] = __uint_as_float(t.z); v[3] = __uint_as_float(t.w);
+#else
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+    UNROLL
+    for(int k = 0; k < 4; ++k)
+    {
+#if MIOPY_DTYPE == 1
+        v[2 * k] = __half2float(__ushort_as_half((unsigned short)(w[k] & 0xffffu)));
+        v[2 * k + 1] = __half2float(__ushort_as_half((unsigned short)(w[k] >> 16)));
+#else
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+#endif
+    }
+#endif
+}
+DEVICE_FN gn_raw_t gn_load(const data_t* p, i64 off, int va)
+{
+    if(va)
+        return __ldg((const uint4*)(p + off));
+    gn_raw_t t;
+#if MIOPY_DTYPE == 0
+    t.x = __float_as_uint(p[off]); t.y = __float_as_uint(p[off + 1]);
+    t.z = __float_as_uint(p[off + 2]); t.w = __float_as_uint(p[off + 3]);
+#else
+    const unsigned short* q = (const unsigned short*)(p + off);
+    t.x = (u32)q[0] | ((u32)q[1] << 16); t.y = (u32)q[2] | ((u32)q[3] << 16);
+    t.z = (u32)q[4] | ((u32)q[5] << 16); t.w = (u32)q[6] | ((u32)q[7] << 16);
+#endif
+    return t;
+}
+DEVICE_FN float gn_wsum(float v)
+{
+    for(int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+#else
+typedef float gn_raw_t;
+#define GN_WARP 1
+DEVICE_FN void gn_unpack(gn_raw_t t, float* v) { v[0] = t; }
+DEVICE_FN gn_raw_t gn_load(const GLOBAL data_t* p, i64 off, int va) { return LOAD(p, off); }
+DEVICE_FN float gn_wsum(float v) { return v; }
+#endif
+
+#ifdef __OPENCL_VERSION__
+#define GN_BOUNDS
+#else
+#define GN_BOUNDS __launch_bounds__(GN_LOCAL)
+#endif
+
+/* sums of (a, b) over the work-group; sh holds 2 * GN_LOCAL floats */
+#ifdef __OPENCL_VERSION__
+DEVICE_FN void gn_sum2(LOCAL float* sh, float* a, float* b, int lid)
+{
+    sh[lid] = *a;
+    sh[GN_LOCAL + lid] = *b;
+    BARRIER();
+    for(int h = GN_LOCAL / 2; h > 0; h >>= 1)
+    {
+        if(lid < h)
+        {
+            sh[lid] += sh[lid + h];
+            sh[GN_LOCAL + lid] += sh[GN_LOCAL + lid + h];
+        }
+        BARRIER();
+    }
+    *a = sh[0];
+    *b = sh[GN_LOCAL];
+    BARRIER();
+}
+#else
+DEVICE_FN void gn_sum2(float* sh, float* a, float* b, int lid)
+{
+    float x = gn_wsum(*a), y = gn_wsum(*b);
+    if((lid & 31) == 0)
+    {
+        sh[lid >> 5] = x;
+        sh[GN_LOCAL / 32 + (lid >> 5)] = y;
+    }
+    __syncthreads();
+    x = 0.0f;
+    y = 0.0f;
+    for(int i = 0; i < GN_LOCAL / 32; ++i)
+    {
+        x += sh[i];
+        y += sh[GN_LOCAL / 32 + i];
+    }
+    __syncthreads();
+    *a = x;
+    *b = y;
+}
+#endif
+#endif
+
+#if NORM_WANT(gn_rows_fwd)
+KERNEL void GN_BOUNDS gn_rows_fwd(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                        const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT b,
+                        GLOBAL param_t* RESTRICT mean, GLOBAL param_t* RESTRICT rstd, i64 rows, int L,
+                        int G, int cg, int hwv, float eps, int affine)
+{
+    LOCAL float sh[2 * GN_LOCAL];
+    const int lid = LOCAL_ID0;
+    const int va = ALIGNED16(x) && ALIGNED16(y);
+    const int nvec = L / NORM_VW;
+    for(i64 row = GROUP_ID0; row < rows; row += GLOBAL_SIZE0 / GN_LOCAL)
+    {
+        const i64 base = row * L;
+        const float shift = LOAD(x, base);
+        gn_raw_t xr[GN_PER];
+        float s = 0.0f, unused = 0.0f;
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            if(v < nvec)
+            {
+                xr[t] = gn_load(x, base + (i64)v * NORM_VW, va);
+                float f[NORM_VW];
+                gn_unpack(xr[t], f);
+                for(int e = 0; e < NORM_VW; ++e)
+                    s += f[e] - shift;
+            }
+        }
+        gn_sum2(sh, &s, &unused, lid);
+        const float m = s / (float)L;
+        float s2 = 0.0f;
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            if(v < nvec)
+            {
+                float f[NORM_VW];
+                gn_unpack(xr[t], f);
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    const float d = (f[e] - shift) - m;
+                    s2 += d * d;
+                }
+            }
+        }
+        unused = 0.0f;
+        gn_sum2(sh, &s2, &unused, lid);
+        const float r = NORM_RSQRT(s2 / (float)L + eps);
+        const int c0 = (int)(row % G) * cg;
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            if(v < nvec)
+            {
+                float f[NORM_VW];
+                gn_unpack(xr[t], f);
+                const int c = c0 + v / hwv;
+                const float a = affine ? r * PLOAD(w, c) : r;
+                const float bb = affine ? PLOAD(b, c) : 0.0f;
+                for(int e = 0; e < NORM_VW; ++e)
+                    f[e] = ((f[e] - shift) - m) * a + bb;
+                const i64 off = base + (i64)v * NORM_VW;
+#if NORM_VW > 1
+                if(va)
+                    store_vec(y, off, f);
+                else
+#endif
+                    for(int e = 0; e < NORM_VW; ++e)
+                        STORE(y, off + e, f[e]);
+            }
+        }
+        if(lid == 0)
+        {
+            PSTORE(mean, row, shift + m);
+            PSTORE(rstd, row, r);
+        }
+    }
+}
+#endif
+
+#if NORM_WANT(gn_rows_bwd)
+KERNEL void GN_BOUNDS gn_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                        const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT mean,
+                        const GLOBAL param_t* RESTRICT rstd, GLOBAL data_t* RESTRICT dx,
+                        GLOBAL float* RESTRICT ws, i64 rows, int L, int G, int cg, int hwv, int affine)
+{
+    LOCAL float sh[2 * GN_LOCAL];
+    LOCAL float seg[2 * GN_LOCAL];
+    LOCAL float chs[2 * GN_CG_MOST];
+    const int lid = LOCAL_ID0;
+    const int lane = lid % GN_WARP, warp = lid / GN_WARP;
+    const int va = ALIGNED16(x) && ALIGNED16(dy) && ALIGNED16(dx);
+    const int nvec = L / NORM_VW;
+    const float inv_l = 1.0f / (float)L;
+    for(i64 row = GROUP_ID0; row < rows; row += GLOBAL_SIZE0 / GN_LOCAL)
+    {
+        const i64 base = row * L;
+        const float m = PLOAD(mean, row), r = PLOAD(rstd, row);
+        const int c0 = (int)(row % G) * cg;
+        gn_raw_t xr[GN_PER], dr[GN_PER];
+        float sg = 0.0f, sgx = 0.0f;
+        for(int c = lid; c < 2 * cg; c += GN_LOCAL)
+            chs[c] = 0.0f;
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            float pd = 0.0f, pdh = 0.0f;
+            if(v < nvec)
+            {
+                const i64 off = base + (i64)v * NORM_VW;
+                xr[t] = gn_load(x, off, va);
+                dr[t] = gn_load(dy, off, va);
+                float fx[NORM_VW], fd[NORM_VW];
+                gn_unpack(xr[t], fx);
+                gn_unpack(dr[t], fd);
+                const float wc = affine ? PLOAD(w, c0 + v / hwv) : 1.0f;
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    const float h = (fx[e] - m) * r;
+                    pd += fd[e];
+                    pdh += fd[e] * h;
+                }
+                sg += pd * wc;
+                sgx += pdh * wc;
+            }
+            if(affine)
+            {
+                /* per channel: the vectors of this slice t, one warp per channel */
+                seg[lid] = pd;
+                seg[GN_LOCAL + lid] = pdh;
+                BARRIER();
+                const int lo0 = t * GN_LOCAL;
+                for(int c = warp; c < cg; c += GN_LOCAL / GN_WARP)
+                {
+                    int lo = c * hwv, hi = lo + hwv;
+                    lo = lo > lo0 ? lo : lo0;
+                    hi = hi < lo0 + GN_LOCAL ? hi : lo0 + GN_LOCAL;
+                    hi = hi < nvec ? hi : nvec;
+                    if(lo < hi)
+                    {
+                        float a = 0.0f, bsum = 0.0f;
+                        for(int i = lo - lo0 + lane; i < hi - lo0; i += GN_WARP)
+                        {
+                            a += seg[i];
+                            bsum += seg[GN_LOCAL + i];
+                        }
+                        a = gn_wsum(a);
+                        bsum = gn_wsum(bsum);
+                        if(lane == 0)
+                        {
+                            chs[c] += bsum; /* dweight: sum of dy * xhat */
+                            chs[cg + c] += a; /* dbias: sum of dy */
+                        }
+                    }
+                }
+                BARRIER();
+            }
+        }
+        gn_sum2(sh, &sg, &sgx, lid);
+        sg *= inv_l;
+        sgx *= inv_l;
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            if(v < nvec)
+            {
+                float fx[NORM_VW], fd[NORM_VW];
+                gn_unpack(xr[t], fx);
+                gn_unpack(dr[t], fd);
+                const float wc = affine ? PLOAD(w, c0 + v / hwv) : 1.0f;
+                for(int e = 0; e < NORM_VW; ++e)
+                {
+                    const float h = (fx[e] - m) * r;
+                    fx[e] = r * (fd[e] * wc - sg - h * sgx);
+                }
+                const i64 off = base + (i64)v * NORM_VW;
+#if NORM_VW > 1
+                if(va)
+                    store_vec(dx, off, fx);
+                else
+#endif
+                    for(int e = 0; e < NORM_VW; ++e)
+                        STORE(dx, off + e, fx[e]);
+            }
+        }
+        if(affine)
+        {
+            const i64 n = row / G, C = (i64)G * cg;
+            for(int c = lid; c < cg; c += GN_LOCAL)
+            {
+                ws[(n * 2) * C + c0 + c] = chs[c];
+                ws[(n * 2 + 1) * C + c0 + c] = chs[cg + c];
+            }
+        }
+        BARRIER(); /* chs is reset by the next row */
     }
 }
 #endif

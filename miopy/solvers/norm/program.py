@@ -37,6 +37,10 @@ KERNEL_IDS = {
     "norm_pgrad_cols_serial": 15,
     "ln_rows_fwd": 16,
     "norm_pgrad_rows_serial": 17,
+    "ln_rows_bwd": 18,
+    "ln_pgrad_finish": 19,
+    "gn_rows_fwd": 20,
+    "gn_rows_bwd": 21,
 }
 VEC_BYTES = 16
 CX, CY = 32, 8  # NORM_CX, NORM_CY
@@ -355,15 +359,17 @@ LN_ROWS_PER_MOST = 8  # vectors per work item of ln_rows_fwd
 
 
 def ln_rows_shape(ctx, problem) -> tuple[int, int, int, int] | str:
-    """(L, vw, local, per) of the one-pass layer norm forward, or why it does not apply: x
-    row-major (rows of L normalised elements), the statistics packed, a row in registers."""
-    if getattr(problem, "primitive", None) != "layernorm" or problem.norm_kind != "ln_fwd":
-        return "not a layer norm forward"
+    """(L, vw, local, per) of the one-pass layer norm kernels, or why they do not apply: x
+    row-major (rows of L normalised elements), y (dy, dx) and the statistics packed, a row in
+    registers."""
+    if getattr(problem, "primitive", None) != "layernorm":
+        return "not a layer norm"
     if not problem.x.packed:
         return "x is not row-major"
     t = problem.tensors()
-    if any(not t[r].packed for r in ("y", "mean", "rstd")):
-        return "y or the statistics are not packed"
+    roles = ("y", "mean", "rstd") if problem.norm_kind == "ln_fwd" else ("dy", "dx", "mean", "rstd")
+    if any(not t[r].packed for r in roles):
+        return "the data or the statistics are not packed"
     L = problem.weight_desc.element_count
     dtype = problem.x.dtype
     vw = _vw(ctx, dtype, L % (VEC_BYTES // dtype.itemsize) == 0)
@@ -381,6 +387,8 @@ def ln_rows_program(ctx, problem) -> Program:
     assert not isinstance(shape, str), shape
     L, vw, local, per = shape
     rows = problem.x.element_count // L
+    if problem.norm_kind == "ln_bwd":
+        return _ln_rows_bwd_program(ctx, problem, L, vw, local, per, rows)
     spec = _spec("ln_rows_fwd", problem, vw, (min(rows, MAX_GROUPS) * local,), (local,))
     spec = KernelSpec(spec.file, spec.name, {**dict(spec.defines), "LN_LOCAL": local, "LN_PER": per},
                       spec.global_size, spec.local_size)  # fmt: skip
@@ -389,6 +397,35 @@ def ln_rows_program(ctx, problem) -> Program:
     args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(rows), np.int32(L))
     args += (Scalar("epsilon", "float32", problem.epsilon), np.int32(1 if problem.affine else 0))
     return Program((Launch(spec, args),))
+
+
+LN_BWD_THREADS = 512  # work items per work-group of ln_rows_bwd on CUDA (several rows)
+LN_BWD_GROUPS_PER_CU = 4  # resident work-groups per compute unit (each writes a partial row pair)
+LN_FX, LN_FY = 32, 16  # ln_pgrad_finish's work-group
+
+
+def _ln_rows_bwd_program(ctx, problem, L: int, vw: int, local: int, per: int, rows: int) -> Program:
+    """ln_rows_bwd (dx, and per work-group partial sums of dweight / dbias), then
+    ln_pgrad_finish when there are weights."""
+    cuda = getattr(ctx, "backend_name", None) == "cuda"
+    nrows = max(1, LN_BWD_THREADS // local) if cuda else 1
+    cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    groups = max(1, min(-(-rows // nrows), cus * (LN_BWD_GROUPS_PER_CU if cuda else 2), MAX_GROUPS))
+    spec = _spec("ln_rows_bwd", problem, vw, (groups * local, nrows), (local, nrows))
+    defines = {**dict(spec.defines), "LN_LOCAL": local, "LN_PER": per, "LN_ROWS": nrows}
+    spec = KernelSpec(spec.file, spec.name, defines, spec.global_size, spec.local_size)
+    affine = problem.affine
+    w = Tensor("weight") if affine else Tensor("x")
+    ws = Workspace()
+    args = (Tensor("x"), Tensor("dy"), w, Tensor("mean"), Tensor("rstd"), Tensor("dx"), ws)
+    args += (np.int64(rows), np.int32(L), np.int32(1 if affine else 0), np.int32(1 if affine else 0))
+    steps = [Launch(spec, args)]
+    if not affine:
+        return Program(tuple(steps), 0)
+    finish = _spec("ln_pgrad_finish", problem, 1, (-(-L // LN_FX) * LN_FX, LN_FY), (LN_FX, LN_FY))
+    fargs = (ws, Tensor("dweight"), Tensor("dbias"), np.int64(L), np.int64(groups))
+    steps.append(Launch(finish, fargs))
+    return Program(tuple(steps), 2 * groups * L * 4)
 
 
 __all__ = ["OP", "NormProblem", "ln_rows_program", "ln_rows_shape", "norm_program", "packed_reason"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from miopy.solution import Program
 from miopy.solvers.base import Solver
 from miopy.solvers.norm.bn_program import bn_packed_program
+from miopy.solvers.norm.gn_rows import gn_rows_program, gn_rows_shape
 from miopy.solvers.norm.program import ln_rows_program, ln_rows_shape, norm_program, packed_reason
 
 
@@ -60,9 +61,13 @@ class LayerNormFwdRows(Solver):
     algorithm = "direct"
     dynamic = False
 
+    kind = "ln_fwd"
+
     def is_applicable(self, ctx, problem) -> str | None:
         if getattr(problem, "primitive", None) != self.primitive:
             return "not a layernorm problem"
+        if problem.norm_kind != self.kind:
+            return f"pass is {problem.norm_kind}"
         shape = ln_rows_shape(ctx, problem)
         return shape if isinstance(shape, str) else None
 
@@ -73,17 +78,70 @@ class LayerNormFwdRows(Solver):
         return ln_rows_program(ctx, problem)
 
 
+class LayerNormBwdRows(LayerNormFwdRows):
+    """Layer norm backward in one pass over x and dy: rows held in registers, dx from the saved
+    mean and rstd and the row's two sums, dweight / dbias from per-work-group partial sums added
+    up by a small second kernel (deterministic)."""
+
+    name = "LayerNormBwdRows"
+    id = 415
+    kind = "ln_bwd"
+
+    def workspace_size(self, ctx, problem) -> int:
+        return self.get_program(ctx, problem).workspace
+
+
 LAYERNORM_SOLVERS = [
     _make("layernorm", "LayerNormFwdPacked", 410, "ln_fwd", True),
     LayerNormFwdRows(),
     _make("layernorm", "LayerNormFwdStrided", 411, "ln_fwd", False),
     _make("layernorm", "LayerNormBwdPacked", 412, "ln_bwd", True),
+    LayerNormBwdRows(),
     _make("layernorm", "LayerNormBwdStrided", 413, "ln_bwd", False),
 ]
+
+
+class GroupNormFwdRows(Solver):
+    """Group norm in one pass: a work-group per (n, group) of an NCHW-packed x, the group held in
+    registers (see solvers/norm/gn_rows.py)."""
+
+    primitive = "groupnorm"
+    name = "GroupNormFwdRows"
+    id = 424
+    kind = "ln_fwd"
+    algorithm = "direct"
+    dynamic = False
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if getattr(problem, "primitive", None) != self.primitive:
+            return "not a groupnorm problem"
+        if problem.norm_kind != self.kind:
+            return f"pass is {problem.norm_kind}"
+        shape = gn_rows_shape(ctx, problem)
+        return shape if isinstance(shape, str) else None
+
+    def workspace_size(self, ctx, problem) -> int:
+        return self.get_program(ctx, problem).workspace
+
+    def get_program(self, ctx, problem, config=None) -> Program:
+        return gn_rows_program(ctx, problem)
+
+
+class GroupNormBwdRows(GroupNormFwdRows):
+    """Group norm backward in one pass over x and dy, weight gradients per (n, channel) from the
+    same pass, added up over n by a small second kernel."""
+
+    name = "GroupNormBwdRows"
+    id = 425
+    kind = "ln_bwd"
+
+
 GROUPNORM_SOLVERS = [
     _make("groupnorm", "GroupNormFwdPacked", 420, "ln_fwd", True),
+    GroupNormFwdRows(),
     _make("groupnorm", "GroupNormFwdStrided", 421, "ln_fwd", False),
     _make("groupnorm", "GroupNormBwdPacked", 422, "ln_bwd", True),
+    GroupNormBwdRows(),
     _make("groupnorm", "GroupNormBwdStrided", 423, "ln_bwd", False),
 ]
 
