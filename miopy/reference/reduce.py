@@ -83,6 +83,10 @@ def samples() -> list[ReduceProblem]:
         ("norm1", "fp32", (2, 3, 4, 5, 6), "NDHWC", (4,), False, 0.0),
         ("max", "fp16", (4, 3, 5, 6), "NHWC", (0, 2, 3), True, 0.0),  # columns (per channel)
         ("avg", "fp32", (9, 3, 2, 5), "NCHW", (0,), False, 0.25),  # columns (over the batch)
+        ("max", "fp32", (2, 3, 4, 8), "NCHW", (2, 3), True, 0.0),  # rows of 16-byte vectors
+        ("add", "bf16", (2, 3, 2, 16), "NCHW", (3,), False, 0.5),  # rows of 16-byte vectors
+        ("min", "fp16", (5, 16, 3, 7), "NHWC", (0, 2, 3), True, 0.0),  # columns, 16-byte vectors
+        ("norm2", "fp32", (37, 4, 3, 2), "NCHW", (0,), False, 0.0),  # columns, 16-byte vectors
     ):
         x = TensorDesc(dtype, lens, layout=layout)
         out.append(ReduceProblem(op, x, dims, idx, op == "max", 1.5 if not idx else 1.0, beta))

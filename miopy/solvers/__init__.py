@@ -31,7 +31,7 @@ from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, Con
 from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
-from miopy.solvers.reduce import ReduceColumns, ReduceGeneric, ReduceRows
+from miopy.solvers.reduce import ReduceColumns, ReduceColumnsVec, ReduceGeneric, ReduceRows, ReduceRowsVec
 from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxStrided
 from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
 
@@ -69,7 +69,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "bnorm": BNORM_SOLVERS,
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
     "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
-    "reduce": [ReduceRows(), ReduceColumns(), ReduceGeneric()],
+    "reduce": [ReduceRowsVec(), ReduceRows(), ReduceColumnsVec(), ReduceColumns(), ReduceGeneric()],
     "lrn": [LrnCrossSlide(), LrnDirect()],
     "layernorm": LAYERNORM_SOLVERS,
     "groupnorm": GROUPNORM_SOLVERS,

@@ -141,7 +141,7 @@ def test_reduce_nan_rules(ocl, nanprop):
         want = rref.reference(p, bufs)
         assert np.isnan(want["y"][0, 1, 0, 0]) == nanprop
         assert (want["indices"][1, 0, 0, 0] == 1) == nanprop  # the first NaN
-        for solver in ("ReduceRows", "ReduceGeneric"):
+        for solver in ("ReduceRows", "ReduceRowsVec", "ReduceGeneric"):
             from miopy.engine.candidates import make_solution
             from miopy.solvers import by_name
 
@@ -234,6 +234,35 @@ def test_reduce_cpu_kernels_ties_nans_and_infs(ocl, dtype):
             np.testing.assert_allclose(g[finite], w[finite], atol=atol, err_msg=f"{solver} {op}")
             if idx:
                 np.testing.assert_array_equal(got["indices"], want["indices"].ravel(), f"{solver} {op}")
+
+
+@pytest.mark.parametrize(
+    "op, idx, nanprop", [("max", True, True), ("min", True, False), ("add", False, False)]
+)
+def test_reduce_columns_vec_merges_row_chunks(ocl, monkeypatch, op, idx, nanprop):
+    """The 16-byte column kernel: several columns per work item, rows in chunks (a partial row
+    count in the last), partials merged by a local tree; ties and NaN keep the first position."""
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers.reduce.direct import ReduceColumnsVec
+
+    monkeypatch.setattr(ReduceColumnsVec, "ITEMS_PER_CU", 8)
+    x = TensorDesc("fp16", (7, 16, 3, 5), layout="NHWC")
+    p = ReduceProblem(op, x, (0, 2, 3), idx, nanprop, 1.0, 0.0)
+    assert ReduceColumnsVec().is_applicable(ocl, p) is None
+    sol = make_solution(ocl, p, ReduceColumnsVec())
+    rows, cols, chunk, _ = ReduceColumnsVec()._split(ocl, p)
+    assert -(-rows // chunk) > 2 and rows % chunk
+    rng = np.random.default_rng(5)
+    bufs = random_buffers(p, rng)
+    values = rng.uniform(-1, 1, x.lens)
+    values[4, 3, 1, 2] = values[1, 3, 0, 4] = 5.0  # a tie in channel 3: (1, 0, 4) comes first
+    values[6, 5, 2, 1] = values[2, 5, 2, 2] = np.nan  # channel 5: (2, 2, 2) is the first NaN
+    bufs["x"] = store_logical(values, x)
+    want = rref.reference(p, bufs)
+    sol.run(ocl, bufs)
+    np.testing.assert_allclose(bufs["y"], want["y"].ravel(), rtol=2e-3)
+    if idx:
+        np.testing.assert_array_equal(bufs["indices"], want["indices"].ravel())
 
 
 def test_reduce_long_sum_uses_the_length_rule(ocl):

@@ -892,9 +892,9 @@ KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
             load_vec(x, i0, v);
         else
 #endif
-            for(int e = 0; e < cnt; ++e)
+            for(int e = 0; e < NORM_VW; ++e) if(e < cnt) /* constant count: v stays in registers */
                 v[e] = LOAD(x, i0 + e);
-        for(int e = 0; e < cnt; ++e)
+        for(int e = 0; e < NORM_VW; ++e) if(e < cnt) /* constant count: v stays in registers */
         {
             const i64 k = k1 + k2 * kmul2;
             float t = ((v[e] - ws[coef + K + k]) - ws[coef + 3 * K + k]) * ws[coef + k] + ws[coef + 2 * K + k];
@@ -913,7 +913,7 @@ KERNEL void norm_fwd_packed(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
             store_vec(y, i0, v);
         else
 #endif
-            for(int e = 0; e < cnt; ++e)
+            for(int e = 0; e < NORM_VW; ++e) if(e < cnt) /* constant count: v stays in registers */
                 STORE(y, i0 + e, v[e]);
     }
 }
@@ -942,12 +942,12 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
         }
         else
 #endif
-            for(int e = 0; e < cnt; ++e)
+            for(int e = 0; e < NORM_VW; ++e) if(e < cnt) /* constant count: v stays in registers */
             {
                 v[e] = LOAD(x, i0 + e);
                 g[e] = LOAD(dy, i0 + e);
             }
-        for(int e = 0; e < cnt; ++e)
+        for(int e = 0; e < NORM_VW; ++e) if(e < cnt) /* constant count: v stays in registers */
         {
             const i64 k = k1 + k2 * kmul2;
             float ge = g[e];
@@ -967,7 +967,7 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
             store_vec(dx, i0, v);
         else
 #endif
-            for(int e = 0; e < cnt; ++e)
+            for(int e = 0; e < NORM_VW; ++e) if(e < cnt) /* constant count: v stays in registers */
                 STORE(dx, i0 + e, v[e]);
     }
 }

@@ -16,6 +16,9 @@
 #ifndef RED_TEAM
 #define RED_TEAM 64
 #endif
+#ifndef RED_VEC
+#define RED_VEC 1 /* > 1: compile the 16-byte vector kernels (see the end) */
+#endif
 #define RED_GROUP 256
 #define RED_BLOCK 64 /* reduce_generic: elements summed apart before a compensated add */
 #define RED_ROWS (RED_GROUP / RED_TEAM)
@@ -434,3 +437,176 @@ KERNEL void reduce_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
 }
 #endif
 
+/* ---- 16-byte vector variants (RED_VEC > 1: fp32 / fp16 / bf16 data) ----------------------------
+   reduce_rows_vec: reduce_rows reading VEC elements at once (L and the kept x strides multiples of
+   VEC; scalar loads when x is not 16-byte aligned).
+   reduce_cols_vec_partial: reduce_cols_partial with VEC columns per work item (K a multiple of
+   VEC) and RED_UNROLL rows loaded ahead; reduce_cols_tree_final merges the S partials of each
+   column with a work-group of (RED_FX columns, RED_FY partial rows) and a local tree (the merge
+   keeps the first occurrence, so the order of the tree does not change a chosen index). */
+#if RED_VEC > 1
+#include "common/vec.h"
+#define RED_UNROLL (32 / VEC) /* rows loaded ahead: 32 values */
+#define RED_FX 32
+#define RED_FY 32
+
+KERNEL void reduce_rows_vec(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx,
+                            i64 nout, i64 L, RED_KEPT_ARGS, RED_STRIDES(xs), RED_STRIDES(ys), int op,
+                            int nanprop, int want_idx, acc_t alpha, acc_t beta, int read_y)
+{
+    LOCAL acc_t red_v[RED_GROUP];
+    LOCAL i64 red_i[RED_GROUP];
+    const int tid = LOCAL_ID0, lane = tid % RED_TEAM, team = tid / RED_TEAM;
+    const i64 nblocks = (nout + RED_ROWS - 1) / RED_ROWS;
+    const int va = ALIGNED16(x);
+    const i64 nv = L / VEC;
+    for(i64 blk = GROUP_ID0; blk < nblocks; blk += RED_NUM_GROUPS0)
+    {
+        const i64 o = blk * RED_ROWS + team;
+        const int live = o < nout;
+        RED_KEPT_OFFSETS(live ? o : 0, xb, yo)
+        acc_t acc = red_init(op);
+        i64 ai = -1;
+        if(live)
+        {
+            i64 jv = lane;
+            for(; jv + RED_TEAM < nv; jv += 2 * RED_TEAM)
+            {
+                float v0[VEC], v1[VEC];
+                if(va)
+                {
+                    load_vec(x, xb + jv * VEC, v0);
+                    load_vec(x, xb + (jv + RED_TEAM) * VEC, v1);
+                }
+                else
+                    for(int e = 0; e < VEC; ++e)
+                    {
+                        v0[e] = LOAD(x, xb + jv * VEC + e);
+                        v1[e] = LOAD(x, xb + (jv + RED_TEAM) * VEC + e);
+                    }
+                for(int e = 0; e < VEC; ++e)
+                    red_step(&acc, &ai, v0[e], jv * VEC + e, op, nanprop);
+                for(int e = 0; e < VEC; ++e)
+                    red_step(&acc, &ai, v1[e], (jv + RED_TEAM) * VEC + e, op, nanprop);
+            }
+            for(; jv < nv; jv += RED_TEAM)
+            {
+                float v0[VEC];
+                if(va)
+                    load_vec(x, xb + jv * VEC, v0);
+                else
+                    for(int e = 0; e < VEC; ++e)
+                        v0[e] = LOAD(x, xb + jv * VEC + e);
+                for(int e = 0; e < VEC; ++e)
+                    red_step(&acc, &ai, v0[e], jv * VEC + e, op, nanprop);
+            }
+        }
+        BARRIER();
+        red_v[tid] = acc;
+        red_i[tid] = ai < 0 ? (i64)1 << 62 : ai;
+        BARRIER();
+        for(int s = RED_TEAM / 2; s > 0; s >>= 1)
+        {
+            if(lane < s)
+            {
+                acc_t a = red_v[tid];
+                i64 b = red_i[tid];
+                red_merge(&a, &b, red_v[tid + s], red_i[tid + s], op, nanprop);
+                red_v[tid] = a;
+                red_i[tid] = b;
+            }
+            BARRIER();
+        }
+        if(live && lane == 0)
+        {
+            const i64 bi = red_i[tid];
+            red_finish(y, idx, yo, red_v[tid], bi == (i64)1 << 62 ? -1 : bi, op, L, alpha, beta, read_y,
+                       want_idx);
+        }
+    }
+}
+
+KERNEL void reduce_cols_vec_partial(const GLOBAL data_t* RESTRICT x, GLOBAL acc_t* RESTRICT pv,
+                                    GLOBAL int* RESTRICT pi, i64 pi_off, i64 R, i64 K, i64 chunk, int op,
+                                    int nanprop)
+{
+    const i64 S = (R + chunk - 1) / chunk, KV = K / VEC;
+    const int va = ALIGNED16(x);
+    for(i64 t = GLOBAL_ID0; t < S * KV; t += GLOBAL_SIZE0)
+    {
+        const i64 s = t / KV, k = (t - s * KV) * VEC;
+        const i64 r0 = s * chunk, r1 = r0 + chunk < R ? r0 + chunk : R;
+        acc_t acc[VEC], comp[VEC];
+        i64 ai[VEC];
+        UNROLL
+        for(int e = 0; e < VEC; ++e)
+        {
+            acc[e] = red_init(op);
+            comp[e] = (acc_t)0;
+            ai[e] = -1;
+        }
+        for(i64 r = r0; r < r1; r += RED_UNROLL)
+        {
+            float v[RED_UNROLL][VEC];
+            UNROLL
+            for(int u = 0; u < RED_UNROLL; ++u)
+            {
+                if(r + u < r1 && va)
+                    load_vec(x, (r + u) * K + k, v[u]);
+                else if(r + u < r1)
+                    UNROLL
+                    for(int e = 0; e < VEC; ++e)
+                        v[u][e] = LOAD(x, (r + u) * K + k + e);
+            }
+            UNROLL
+            for(int u = 0; u < RED_UNROLL; ++u)
+                if(r + u < r1)
+                    UNROLL
+                    for(int e = 0; e < VEC; ++e)
+                        red_fold(&acc[e], &comp[e], &ai[e], v[u][e], r + u, op, nanprop);
+        }
+        UNROLL
+        for(int e = 0; e < VEC; ++e)
+        {
+            pv[s * K + k + e] = acc[e];
+            pi[pi_off + s * K + k + e] = (int)ai[e];
+        }
+    }
+}
+
+KERNEL void reduce_cols_tree_final(const GLOBAL acc_t* RESTRICT pv, const GLOBAL int* RESTRICT pi, i64 pi_off,
+                                   GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx, i64 R, i64 K, i64 S,
+                                   int op, int nanprop, int want_idx, acc_t alpha, acc_t beta, int read_y)
+{
+    LOCAL acc_t tv[RED_FY * RED_FX];
+    LOCAL i64 ti[RED_FY * RED_FX];
+    const i64 none = (i64)1 << 62;
+    const int lx = LOCAL_ID0, ly = LOCAL_ID1;
+    const i64 k = (i64)GROUP_ID0 * RED_FX + lx;
+    acc_t acc = red_init(op);
+    i64 ai = none;
+    if(k < K)
+        for(i64 s = ly; s < S; s += RED_FY)
+        {
+            const int j = pi[pi_off + s * K + k];
+            red_merge(&acc, &ai, pv[s * K + k], j < 0 ? none : (i64)j, op, nanprop);
+        }
+    tv[ly * RED_FX + lx] = acc;
+    ti[ly * RED_FX + lx] = ai;
+    BARRIER();
+    for(int h = RED_FY / 2; h > 0; h >>= 1)
+    {
+        if(ly < h)
+        {
+            acc_t a = tv[ly * RED_FX + lx];
+            i64 b = ti[ly * RED_FX + lx];
+            red_merge(&a, &b, tv[(ly + h) * RED_FX + lx], ti[(ly + h) * RED_FX + lx], op, nanprop);
+            tv[ly * RED_FX + lx] = a;
+            ti[ly * RED_FX + lx] = b;
+        }
+        BARRIER();
+    }
+    if(ly == 0 && k < K)
+        red_finish(y, idx, k, tv[lx], ti[lx] == none ? -1 : ti[lx], op, R, alpha, beta, read_y, want_idx);
+}
+#endif

@@ -33,11 +33,15 @@
 #define NUM_GROUPS0 ((long long)gridDim.x)
 #endif
 
+/* CUDA keeps the cached chunks in registers only when the chunk loops unroll (else the cache
+   lives in local memory): unrolled explicitly where the count is a constant */
 #if SMAX_PER > 0
+#define SMAX_UNROLL UNROLL
 #define SMAX_NPER SMAX_PER
 #define SMAX_SLOT(k) (k)
 #define SMAX_SLOTS SMAX_PER
 #else
+#define SMAX_UNROLL
 #define SMAX_NPER per
 #define SMAX_SLOT(k) 0
 #define SMAX_SLOTS 1
@@ -91,8 +95,9 @@ DEVICE_FN void smax_store(GLOBAL data_t* p, i64 base, int c, int n, int vec_ok, 
     if(n == VEC && vec_ok)
         store_vec(p, base + (i64)c * VEC, v);
     else
-        for(int j = 0; j < n; ++j)
-            STORE(p, base + (i64)c * VEC + j, v[j]);
+        for(int j = 0; j < VEC; ++j) /* a constant count: v's indices stay constant (registers) */
+            if(j < n)
+                STORE(p, base + (i64)c * VEC + j, v[j]);
 }
 
 /* online (max, sum of exp(v - max)) update with one value */
@@ -124,6 +129,7 @@ KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         const i64 base = live ? row * L : 0;
         float cache[SMAX_SLOTS][VEC];
         float m = SMAX_NEG_INF, s = 0.0f;
+        SMAX_UNROLL
         for(int k = 0; k < SMAX_NPER; ++k)
         {
             const int c = lane + k * SMAX_TEAM;
@@ -147,6 +153,7 @@ KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         s = m == mx ? s : s * F_EXP(m - mx);
         const float sum = smax_team(s, 1, red, tid, lane);
         const float inv = 1.0f / sum, lg = mx + SMAX_LOGF(sum);
+        SMAX_UNROLL
         for(int k = 0; k < SMAX_NPER; ++k)
         {
             const int c = lane + k * SMAX_TEAM;
@@ -185,6 +192,7 @@ KERNEL void softmax_bwd_rows(const GLOBAL data_t* RESTRICT y, const GLOBAL data_
         const i64 base = live ? row * L : 0;
         float yc[SMAX_SLOTS][VEC], gc[SMAX_SLOTS][VEC];
         float dot = 0.0f;
+        SMAX_UNROLL
         for(int k = 0; k < SMAX_NPER; ++k)
         {
             const int c = lane + k * SMAX_TEAM;
@@ -198,6 +206,7 @@ KERNEL void softmax_bwd_rows(const GLOBAL data_t* RESTRICT y, const GLOBAL data_
                     dot += log_mode ? gv[j] : yv[j] * gv[j];
         }
         dot = smax_team(dot, 1, red, tid, lane);
+        SMAX_UNROLL
         for(int k = 0; k < SMAX_NPER; ++k)
         {
             const int c = lane + k * SMAX_TEAM;

@@ -2,6 +2,12 @@
 work items per output), columns (the reduced dimensions outermost: a split pass and a merge) and
 generic (any dims and strides: one work item per output)."""
 
-from miopy.solvers.reduce.direct import ReduceColumns, ReduceGeneric, ReduceRows
+from miopy.solvers.reduce.direct import (
+    ReduceColumns,
+    ReduceColumnsVec,
+    ReduceGeneric,
+    ReduceRows,
+    ReduceRowsVec,
+)
 
-__all__ = ["ReduceColumns", "ReduceGeneric", "ReduceRows"]
+__all__ = ["ReduceColumns", "ReduceColumnsVec", "ReduceGeneric", "ReduceRows", "ReduceRowsVec"]

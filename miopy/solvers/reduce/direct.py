@@ -232,3 +232,98 @@ class ReduceColumns(_Reduce):
             ),
         )
         return Program(steps, workspace=self.workspace_size(ctx, problem))
+
+
+def _vec(problem: ReduceProblem) -> int:
+    """Elements per 16-byte vector, or 0 for fp64 data (the vector kernels take fp32 / fp16 /
+    bf16)."""
+    if problem.dtype is DataType.FP64:
+        return 0
+    return 16 // problem.dtype.itemsize
+
+
+class ReduceRowsVec(ReduceRows):
+    """ReduceRows with 16-byte loads: runs and kept strides multiples of the vector."""
+
+    name = "ReduceRowsVec"
+    id = 603
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        why = super().is_applicable(ctx, problem)
+        if why:
+            return why
+        vec = _vec(problem)
+        if not vec:
+            return "fp64 data"
+        keep = [a for a in range(len(problem.x.lens)) if a not in problem.dims]
+        if rows_length(problem) % vec or any(problem.x.strides[a] % vec for a in keep):
+            return f"the runs or the kept strides are not multiples of {vec} elements"
+        return None
+
+    def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
+        length = rows_length(problem)
+        vec = _vec(problem)
+        nout = problem.y.element_count
+        team = min(GROUP, max(4, 1 << max(0, math.ceil(math.log2(max(1, -(-length // (2 * vec))))))))
+        groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
+        defines = {"MIOPY_DTYPE": problem.dtype.code, "RED_TEAM": team, "RED_VEC": vec}
+        spec = KernelSpec("reduce", "reduce_rows_vec", defines, (groups * GROUP,), (GROUP,))
+        args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
+        return Program((Launch(spec, args),))
+
+
+class ReduceColumnsVec(ReduceColumns):
+    """ReduceColumns with 16-byte loads of several columns per work item, rows loaded ahead, and
+    the partials merged by a work-group per 32 columns (a local tree) instead of a work item per
+    column."""
+
+    name = "ReduceColumnsVec"
+    id = 604
+    FX, FY = 32, 32  # RED_FX, RED_FY
+    ITEMS_PER_CU = 512  # partial work items per compute unit (each loads 32 values ahead)
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        why = super().is_applicable(ctx, problem)
+        if why:
+            return why
+        vec = _vec(problem)
+        if not vec:
+            return "fp64 data"
+        if cols_shape(problem)[1] % vec:
+            return f"the kept elements are not a multiple of {vec}"
+        return None
+
+    def _split(self, ctx, problem: ReduceProblem) -> tuple[int, int, int, int]:
+        rows, cols = cols_shape(problem)
+        cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+        chunks = max(1, min(rows, -(-cus * self.ITEMS_PER_CU // (cols // _vec(problem)))))
+        chunk = -(-rows // chunks)
+        chunks = -(-rows // chunk)
+        return rows, cols, chunk, chunks * cols * 4
+
+    def workspace_size(self, ctx, problem) -> int:
+        rows, cols, chunk, values = self._split(ctx, problem)
+        return values + -(-rows // chunk) * cols * 4
+
+    def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
+        rows, cols, chunk, values = self._split(ctx, problem)
+        chunks = -(-rows // chunk)
+        vec = _vec(problem)
+        pi_off = np.int64(values // 4)
+        defines = {"MIOPY_DTYPE": problem.dtype.code, "RED_VEC": vec}
+        g1, l1 = grid_1d(chunks * cols // vec)
+        partial = KernelSpec("reduce", "reduce_cols_vec_partial", defines, g1, l1)
+        final = KernelSpec(
+            "reduce",
+            "reduce_cols_tree_final",
+            defines,
+            (-(-cols // self.FX) * self.FX, self.FY),
+            (self.FX, self.FY),
+        )
+        op = [np.int32(int(problem.op)), np.int32(problem.nan_propagation)]
+        ws = Workspace()
+        pargs = (Tensor("x"), ws, ws, pi_off, np.int64(rows), np.int64(cols), np.int64(chunk), *op)
+        fargs = (ws, ws, pi_off, Tensor("y"), Tensor("indices" if problem.indices else "y"))
+        fargs += (np.int64(rows), np.int64(cols), np.int64(chunks), *op, *_tail(problem)[2:])
+        steps = (Launch(partial, pargs), Launch(final, fargs))
+        return Program(steps, workspace=self.workspace_size(ctx, problem))
