@@ -28,7 +28,7 @@ from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgem
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
-from miopy.solvers.lrn import LrnCrossSlide, LrnDirect
+from miopy.solvers.lrn import LrnCrossRing, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.solvers.reduce import ReduceColumns, ReduceColumnsVec, ReduceGeneric, ReduceRows, ReduceRowsVec
@@ -70,7 +70,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
     "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
     "reduce": [ReduceRowsVec(), ReduceRows(), ReduceColumnsVec(), ReduceColumns(), ReduceGeneric()],
-    "lrn": [LrnCrossSlide(), LrnDirect()],
+    "lrn": [LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
     "layernorm": LAYERNORM_SOLVERS,
     "groupnorm": GROUPNORM_SOLVERS,
 }

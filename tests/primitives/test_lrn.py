@@ -137,3 +137,15 @@ def test_cross_channel_cpu_kernels(ocl, dtype):
                 program = cpu_program(ocl, p)
                 assert program is not None and program.steps[0].spec.name.endswith("_cpu")
                 run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
+@pytest.mark.parametrize("size", [1, 2, 5, 7])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_cross_ring_matches_the_reference(ocl, size, layout):
+    """The register-window kernels, forward (with and without the scale) and backward, with
+    windows wider than the channels and even sizes (MIOpen's window one channel later)."""
+    rng = np.random.default_rng(size)
+    for c in (3, 11):
+        x = TensorDesc("fp32", (2, c, 3, 4), layout=layout)
+        for direction, save in (("F", True), ("F", False), ("B", False)):
+            p = LRNProblem.create(x, "cross", size, 0.7, 0.75, 1.5, direction, save)
+            ran = run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
+            assert "LrnCrossRing" in ran

@@ -303,6 +303,76 @@ KERNEL void lrn_fwd_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t*
             STORE(y, base + c, LOAD(x, base + c) * LRN_POW(s, -beta));
             if(save)
                 STORE(scale, base + c, s);
+/* lrn_*_cross_ring (LRN_SIZE, the window, a compile-time constant): one work item per pixel walks
+   the channels keeping the window's terms in a shift register (x^2 forward, dy * y / scale
+   backward), so every element is read once; each output sums its window afresh in channel order
+   (the same sum as the direct kernels, no running subtraction). */
+#ifdef LRN_SIZE
+#define LRN_PAD ((LRN_SIZE - 1) / 2)
+#ifndef UNROLL
+#ifdef __OPENCL_VERSION__
+#define UNROLL
+#else
+#define UNROLL _Pragma("unroll")
+#endif
+#endif
+DEVICE_FN void lrn_pixel(i64 p, int H, int W, int* n, int* h, int* w)
+{
+    /* 32-bit division where the pixel count fits (a GPU divides 64-bit integers slowly) */
+    if(p < 0x7fffffff)
+    {
+        const int q = (int)p;
+        *w = q % W;
+        *h = (q / W) % H;
+        *n = q / W / H;
+    }
+    else
+    {
+        *w = (int)(p % W);
+        *h = (int)((p / W) % H);
+        *n = (int)(p / W / H);
+    }
+}
+
+KERNEL void lrn_fwd_cross_ring(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                               GLOBAL data_t* RESTRICT scale, LRN_SHAPE, LRN_STRIDES(xs), LRN_STRIDES(ys),
+                               float alpha, float beta, float k, int save)
+{
+    const i64 pixels = (i64)N * H * W;
+    const float aon = alpha / (float)LRN_SIZE;
+    for(i64 p = GLOBAL_ID0; p < pixels; p += GLOBAL_SIZE0)
+    {
+        int n, h, w;
+        lrn_pixel(p, H, W, &n, &h, &w);
+        const i64 xb = LRN_AT(xs, n, 0, h, w), yb = LRN_AT(ys, n, 0, h, w);
+        /* t[i]: x^2 of channel c - LRN_PAD + i; v: x of channel c */
+        float t[LRN_SIZE];
+        UNROLL
+        for(int i = 0; i < LRN_SIZE; ++i)
+        {
+            const int j = i - LRN_PAD;
+            const float v = (j >= 0 && j < C) ? LOAD(x, xb + j * xsc) : 0.0f;
+            t[i] = v * v;
+        }
+        float v = LOAD(x, xb);
+        for(int c = 0; c < C; ++c)
+        {
+            float acc = 0.0f;
+            UNROLL
+            for(int i = 0; i < LRN_SIZE; ++i)
+                acc += t[i];
+            const float s = k + aon * acc;
+            const i64 o = yb + c * ysc;
+            STORE(y, o, v * LRN_POW(s, -beta));
+            if(save)
+                STORE(scale, o, s);
+            UNROLL
+            for(int i = 0; i + 1 < LRN_SIZE; ++i)
+                t[i] = t[i + 1];
+            const int e = c + 1 - LRN_PAD + LRN_SIZE - 1;
+            const float ve = e < C ? LOAD(x, xb + e * xsc) : 0.0f;
+            t[LRN_SIZE - 1] = ve * ve;
+            v = c + 1 < C ? LOAD(x, xb + (c + 1) * xsc) : 0.0f;
         }
     }
 }
@@ -338,6 +408,45 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
                 acc += LOAD(dy, base + j) * LOAD(y, base + j) / LOAD(scale, base + j);
             const float g = LOAD(dy, base + c) * LRN_POW(LOAD(scale, base + c), -beta);
             STORE(dx, base + c, g - ratio * LOAD(x, base + c) * acc);
+KERNEL void lrn_bwd_cross_ring(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                               const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
+                               GLOBAL data_t* RESTRICT dx, LRN_SHAPE, LRN_STRIDES(xs), LRN_STRIDES(ys),
+                               LRN_STRIDES(gs), LRN_STRIDES(ss), LRN_STRIDES(os), float alpha, float beta)
+{
+    const i64 pixels = (i64)N * H * W;
+    const float ratio = 2.0f * alpha * beta / (float)LRN_SIZE;
+    /* the window of channel c in backward: [c - (LRN_SIZE - 1 - LRN_PAD), c + LRN_PAD] */
+    const int lo = LRN_SIZE - 1 - LRN_PAD;
+    for(i64 p = GLOBAL_ID0; p < pixels; p += GLOBAL_SIZE0)
+    {
+        int n, h, w;
+        lrn_pixel(p, H, W, &n, &h, &w);
+        const i64 xb = LRN_AT(xs, n, 0, h, w), yb = LRN_AT(ys, n, 0, h, w), gb = LRN_AT(gs, n, 0, h, w);
+        const i64 sb = LRN_AT(ss, n, 0, h, w), ob = LRN_AT(os, n, 0, h, w);
+        float t[LRN_SIZE];
+        UNROLL
+        for(int i = 0; i < LRN_SIZE; ++i)
+        {
+            const int j = i - lo;
+            t[i] = (j >= 0 && j < C)
+                       ? LOAD(dy, gb + j * gsc) * LOAD(y, yb + j * ysc) / LOAD(scale, sb + j * ssc)
+                       : 0.0f;
+        }
+        for(int c = 0; c < C; ++c)
+        {
+            float acc = 0.0f;
+            UNROLL
+            for(int i = 0; i < LRN_SIZE; ++i)
+                acc += t[i];
+            const float s = LOAD(scale, sb + c * ssc);
+            const float g = LOAD(dy, gb + c * gsc) * LRN_POW(s, -beta);
+            STORE(dx, ob + c * osc, g - ratio * LOAD(x, xb + c * xsc) * acc);
+            UNROLL
+            for(int i = 0; i + 1 < LRN_SIZE; ++i)
+                t[i] = t[i + 1];
+            const int e = c + 1 + LRN_PAD;
+            t[LRN_SIZE - 1] = e < C ? LOAD(dy, gb + e * gsc) * LOAD(y, yb + e * ysc) / LOAD(scale, sb + e * ssc)
+                                    : 0.0f;
         }
     }
 }

@@ -1,1 +1,2 @@
+// miopy-compile-test: -DLRN_SIZE=5
 #include "common/lrn.h"

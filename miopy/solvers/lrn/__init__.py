@@ -1,6 +1,7 @@
-"""LRN solvers: direct (one work item per element, any layout, both modes and directions) and
-cross-channel sliding window (forward, one work item per pixel)."""
+"""LRN solvers: direct (one work item per element, any layout, both modes and directions),
+cross-channel sliding window (forward, one work item per pixel), and cross-channel window
+terms kept in registers (forward and backward, one work item per pixel)."""
 
-from miopy.solvers.lrn.direct import LrnCrossSlide, LrnDirect
+from miopy.solvers.lrn.direct import LrnCrossRing, LrnCrossSlide, LrnDirect
 
-__all__ = ["LrnCrossSlide", "LrnDirect"]
+__all__ = ["LrnCrossRing", "LrnCrossSlide", "LrnDirect"]

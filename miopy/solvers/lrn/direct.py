@@ -148,3 +148,40 @@ class LrnCrossSlide(_Lrn):
             np.int32(p.save_scale),
         )
         return Program((Launch(spec, args),))
+
+
+RING_MOST = 16  # window sizes the ring kernels keep in registers
+
+
+class LrnCrossRing(_Lrn):
+    """Cross-channel LRN, forward and backward: one work item per pixel walks the channels with
+    the window's terms in registers (the window size compiled in), every element read once."""
+
+    name = "LrnCrossRing"
+    id = 702
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, LRNProblem):
+            return "not an LRN"
+        if problem.mode is not LRNMode.CROSS_CHANNEL:
+            return "within-channel"
+        if problem.n > RING_MOST:
+            return f"window {problem.n} > {RING_MOST}"
+        return None
+
+    def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
+        p = problem
+        n, _, h, w = p.x.lens
+        forward = p.direction is Pass.FORWARD
+        kernel = "lrn_fwd_cross_ring" if forward else "lrn_bwd_cross_ring"
+        global_size, local_size = grid_1d(n * h * w)
+        defines = {"MIOPY_DTYPE": p.dtype.code, "LRN_SIZE": int(p.n)}
+        spec = KernelSpec("lrn", kernel, defines, global_size, local_size)
+        if forward:
+            args = (*_fwd_buffers(p), *_shape(p), *_strides(p, "x", "y"), np.float32(p.alpha))
+            args += (np.float32(p.beta), np.float32(p.k), np.int32(p.save_scale))
+        else:
+            roles = ("x", "y", "dy", "scale", "dx")
+            args = (*(Tensor(r) for r in roles), *_shape(p), *_strides(p, *roles))
+            args += (np.float32(p.alpha), np.float32(p.beta))
+        return Program((Launch(spec, args),))
