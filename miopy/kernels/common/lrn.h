@@ -19,14 +19,34 @@
 #define LRN_SHAPE int N, int C, int H, int W
 #define LRN_STRIDES(t) i64 t##n, i64 t##c, i64 t##h, i64 t##w
 #define LRN_AT(t, n_, c_, h_, w_) ((n_) * t##n + (c_) * t##c + (h_) * t##h + (w_) * t##w)
-#define LRN_DECOMPOSE(i)            \
-    i64 r_ = (i);                   \
-    const int w = (int)(r_ % W);    \
-    r_ /= W;                        \
-    const int h = (int)(r_ % H);    \
-    r_ /= H;                        \
-    const int c = (int)(r_ % C);    \
-    const int n = (int)(r_ / C);
+/* element i -> (n, c, h, w); in 32 bits where i fits (a GPU divides 64-bit integers in software,
+   several times slower) */
+DEVICE_FN void lrn_decompose(i64 i, int C, int H, int W, int* n, int* c, int* h, int* w)
+{
+    if(i < 0x7fffffff)
+    {
+        int q = (int)i;
+        *w = q % W;
+        q /= W;
+        *h = q % H;
+        q /= H;
+        *c = q % C;
+        *n = q / C;
+    }
+    else
+    {
+        i64 r = i;
+        *w = (int)(r % W);
+        r /= W;
+        *h = (int)(r % H);
+        r /= H;
+        *c = (int)(r % C);
+        *n = (int)(r / C);
+    }
+}
+#define LRN_DECOMPOSE(i) \
+    int n, c, h, w;      \
+    lrn_decompose((i), C, H, W, &n, &c, &h, &w);
 
 /* the within-channel window of (h, w): [h0, h1) x [w0, w1) inside the image, and its area */
 #define LRN_WINDOW                                                   \

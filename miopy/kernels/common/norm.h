@@ -1373,12 +1373,27 @@ KERNEL void ln_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* RES
 #ifndef GN_PER
 #define GN_PER 2
 #endif
+#ifndef GN_RELOAD
+#define GN_RELOAD 0 /* gn_rows_bwd: 1 reads dy again in its second pass instead of keeping it */
+#endif
 #ifndef GN_CG_MOST
 #define GN_CG_MOST 64 /* channels per group of gn_rows_bwd's local sums */
 #endif
+/* warp sums on CUDA (the raw type below depends on the vector width, these do not) */
+#ifdef __OPENCL_VERSION__
+#define GN_WARP 1
+DEVICE_FN float gn_wsum(float v) { return v; }
+#else
+#define GN_WARP 32
+DEVICE_FN float gn_wsum(float v)
+{
+    for(int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+#endif
 #if !defined(__OPENCL_VERSION__) && NORM_VW > 1
 typedef uint4 gn_raw_t;
-#define GN_WARP 32
 DEVICE_FN void gn_unpack(gn_raw_t t, float* v)
 {
 #if MIOPY_DTYPE == 0
@@ -1414,18 +1429,10 @@ DEVICE_FN gn_raw_t gn_load(const data_t* p, i64 off, int va)
 #endif
     return t;
 }
-DEVICE_FN float gn_wsum(float v)
-{
-    for(int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 #else
 typedef float gn_raw_t;
-#define GN_WARP 1
 DEVICE_FN void gn_unpack(gn_raw_t t, float* v) { v[0] = t; }
 DEVICE_FN gn_raw_t gn_load(const GLOBAL data_t* p, i64 off, int va) { return LOAD(p, off); }
-DEVICE_FN float gn_wsum(float v) { return v; }
 #endif
 
 #ifdef __OPENCL_VERSION__
@@ -1577,7 +1584,7 @@ KERNEL void GN_BOUNDS gn_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL 
         const i64 base = row * L;
         const float m = PLOAD(mean, row), r = PLOAD(rstd, row);
         const int c0 = (int)(row % G) * cg;
-        gn_raw_t xr[GN_PER], dr[GN_PER];
+        gn_raw_t xr[GN_PER], dr[GN_RELOAD ? 1 : GN_PER];
         float sg = 0.0f, sgx = 0.0f;
         for(int c = lid; c < 2 * cg; c += GN_LOCAL)
             chs[c] = 0.0f;
@@ -1589,10 +1596,10 @@ KERNEL void GN_BOUNDS gn_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL 
             {
                 const i64 off = base + (i64)v * NORM_VW;
                 xr[t] = gn_load(x, off, va);
-                dr[t] = gn_load(dy, off, va);
+                dr[GN_RELOAD ? 0 : t] = gn_load(dy, off, va);
                 float fx[NORM_VW], fd[NORM_VW];
                 gn_unpack(xr[t], fx);
-                gn_unpack(dr[t], fd);
+                gn_unpack(dr[GN_RELOAD ? 0 : t], fd);
                 const float wc = affine ? PLOAD(w, c0 + v / hwv) : 1.0f;
                 for(int e = 0; e < NORM_VW; ++e)
                 {
@@ -1646,7 +1653,11 @@ KERNEL void GN_BOUNDS gn_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL 
             {
                 float fx[NORM_VW], fd[NORM_VW];
                 gn_unpack(xr[t], fx);
+#if GN_RELOAD
+                gn_unpack(gn_load(dy, base + (i64)v * NORM_VW, va), fd); /* from L2: a row is recent */
+#else
                 gn_unpack(dr[t], fd);
+#endif
                 const float wc = affine ? PLOAD(w, c0 + v / hwv) : 1.0f;
                 for(int e = 0; e < NORM_VW; ++e)
                 {

@@ -447,8 +447,8 @@ KERNEL void reduce_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
 #if RED_VEC > 1
 #include "common/vec.h"
 #define RED_UNROLL (32 / VEC) /* rows loaded ahead: 32 values */
-#define RED_FX 32
-#define RED_FY 32
+#define RED_FX 8   /* reduce_cols_tree_final: columns per work-group (a 32-byte sector each) */
+#define RED_FY 128 /* and partial rows merged at once */
 
 KERNEL void reduce_rows_vec(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, GLOBAL int* RESTRICT idx,
                             i64 nout, i64 L, RED_KEPT_ARGS, RED_STRIDES(xs), RED_STRIDES(ys), int op,
@@ -470,24 +470,22 @@ KERNEL void reduce_rows_vec(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
         if(live)
         {
             i64 jv = lane;
-            for(; jv + RED_TEAM < nv; jv += 2 * RED_TEAM)
+            for(; jv + 3 * RED_TEAM < nv; jv += 4 * RED_TEAM) /* four 16-byte loads in flight */
             {
-                float v0[VEC], v1[VEC];
-                if(va)
+                float v[4][VEC];
+                UNROLL
+                for(int u = 0; u < 4; ++u)
                 {
-                    load_vec(x, xb + jv * VEC, v0);
-                    load_vec(x, xb + (jv + RED_TEAM) * VEC, v1);
+                    if(va)
+                        load_vec(x, xb + (jv + u * RED_TEAM) * VEC, v[u]);
+                    else
+                        for(int e = 0; e < VEC; ++e)
+                            v[u][e] = LOAD(x, xb + (jv + u * RED_TEAM) * VEC + e);
                 }
-                else
+                UNROLL
+                for(int u = 0; u < 4; ++u)
                     for(int e = 0; e < VEC; ++e)
-                    {
-                        v0[e] = LOAD(x, xb + jv * VEC + e);
-                        v1[e] = LOAD(x, xb + (jv + RED_TEAM) * VEC + e);
-                    }
-                for(int e = 0; e < VEC; ++e)
-                    red_step(&acc, &ai, v0[e], jv * VEC + e, op, nanprop);
-                for(int e = 0; e < VEC; ++e)
-                    red_step(&acc, &ai, v1[e], (jv + RED_TEAM) * VEC + e, op, nanprop);
+                        red_step(&acc, &ai, v[u][e], (jv + u * RED_TEAM) * VEC + e, op, nanprop);
             }
             for(; jv < nv; jv += RED_TEAM)
             {
@@ -501,6 +499,21 @@ KERNEL void reduce_rows_vec(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
                     red_step(&acc, &ai, v0[e], jv * VEC + e, op, nanprop);
             }
         }
+#if !defined(__OPENCL_VERSION__) && RED_TEAM <= 32
+        /* a team within a warp: butterfly merges through shuffles, no local memory or barrier (the
+           merge is symmetric: ties go to the lower position, so every lane ends the same) */
+        ai = ai < 0 ? (i64)1 << 62 : ai;
+        UNROLL
+        for(int sft = RED_TEAM / 2; sft > 0; sft >>= 1)
+        {
+            const acc_t b = __shfl_xor_sync(0xffffffffu, acc, sft);
+            const i64 bi = __shfl_xor_sync(0xffffffffu, (long long)ai, sft);
+            red_merge(&acc, &ai, b, bi, op, nanprop);
+        }
+        if(live && lane == 0)
+            red_finish(y, idx, yo, acc, ai == (i64)1 << 62 ? -1 : ai, op, L, alpha, beta, read_y, want_idx);
+        continue;
+#endif
         BARRIER();
         red_v[tid] = acc;
         red_i[tid] = ai < 0 ? (i64)1 << 62 : ai;

@@ -40,13 +40,18 @@ def gn_rows_shape(ctx, problem) -> tuple[int, int, int, int] | str:
     most = CUDA_LOCAL_MOST if cuda else OPENCL_LOCAL_MOST
     local = min(most, max(32, 1 << max(0, (vectors - 1).bit_length())))
     per = -(-vectors // local)
-    if cuda:
-        regs = per * (4 if vw > 1 else 1) * (2 if backward else 1)
-        if regs > CUDA_RAW_REGS:
-            return f"groups of {L} elements do not fit the registers"
+    if cuda and per * (4 if vw > 1 else 1) > CUDA_RAW_REGS:
+        return f"groups of {L} elements do not fit the registers"
     elif per > OPENCL_PER_MOST:
         return f"groups of {L} elements are too long for one work-group"
     return L, vw, local, per
+
+
+def gn_reload(ctx, problem, vw: int, per: int) -> bool:
+    """Backward on CUDA: dy read again in the second pass (from L2) when x and dy together do not
+    fit the registers."""
+    cuda = getattr(ctx, "backend_name", None) == "cuda"
+    return cuda and 2 * per * (4 if vw > 1 else 1) > CUDA_RAW_REGS
 
 
 def gn_rows_program(ctx, problem) -> Program:
@@ -63,6 +68,7 @@ def gn_rows_program(ctx, problem) -> Program:
     defines = {**dict(spec.defines), "GN_LOCAL": local, "GN_PER": per}
     if backward:
         defines["GN_CG_MOST"] = max(cg, 1)
+        defines["GN_RELOAD"] = int(gn_reload(ctx, problem, vw, per))
     spec = KernelSpec(spec.file, spec.name, defines, spec.global_size, spec.local_size)
     affine = np.int32(1 if problem.affine else 0)
     w = Tensor("weight") if problem.affine else Tensor("x")

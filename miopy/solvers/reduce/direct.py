@@ -247,6 +247,7 @@ class ReduceRowsVec(ReduceRows):
 
     name = "ReduceRowsVec"
     id = 603
+    VECTORS_PER_ITEM = 8
 
     def is_applicable(self, ctx, problem) -> str | None:
         why = super().is_applicable(ctx, problem)
@@ -264,7 +265,9 @@ class ReduceRowsVec(ReduceRows):
         length = rows_length(problem)
         vec = _vec(problem)
         nout = problem.y.element_count
-        team = min(GROUP, max(4, 1 << max(0, math.ceil(math.log2(max(1, -(-length // (2 * vec))))))))
+        # about VECTORS_PER_ITEM vectors per work item (small teams finish in a warp, no barrier)
+        per = -(-length // (vec * self.VECTORS_PER_ITEM))
+        team = min(GROUP, max(4, 1 << max(0, math.ceil(math.log2(max(1, per))))))
         groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
         defines = {"MIOPY_DTYPE": problem.dtype.code, "RED_TEAM": team, "RED_VEC": vec}
         spec = KernelSpec("reduce", "reduce_rows_vec", defines, (groups * GROUP,), (GROUP,))
@@ -274,12 +277,12 @@ class ReduceRowsVec(ReduceRows):
 
 class ReduceColumnsVec(ReduceColumns):
     """ReduceColumns with 16-byte loads of several columns per work item, rows loaded ahead, and
-    the partials merged by a work-group per 32 columns (a local tree) instead of a work item per
-    column."""
+    the partials merged by a work-group per 8 columns (a local tree over 128 partial rows at once)
+    instead of a work item per column."""
 
     name = "ReduceColumnsVec"
     id = 604
-    FX, FY = 32, 32  # RED_FX, RED_FY
+    FX, FY = 8, 128  # RED_FX, RED_FY
     ITEMS_PER_CU = 512  # partial work items per compute unit (each loads 32 values ahead)
 
     def is_applicable(self, ctx, problem) -> str | None:
