@@ -137,6 +137,8 @@ def test_cross_channel_cpu_kernels(ocl, dtype):
                 program = cpu_program(ocl, p)
                 assert program is not None and program.steps[0].spec.name.endswith("_cpu")
                 run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
+
+
 @pytest.mark.parametrize("size", [1, 2, 5, 7])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_cross_ring_matches_the_reference(ocl, size, layout):

@@ -323,6 +323,46 @@ KERNEL void lrn_fwd_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t*
             STORE(y, base + c, LOAD(x, base + c) * LRN_POW(s, -beta));
             if(save)
                 STORE(scale, base + c, s);
+        }
+    }
+}
+
+KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                                 const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
+                                 GLOBAL data_t* RESTRICT dx, int N, int C, i64 P, i64 sn, i64 sp, int size,
+                                 float alpha, float beta)
+{
+    const i64 t = GLOBAL_ID0;
+    if(t >= (i64)N * P)
+        return;
+    const i64 n = t / P, p = t - n * P;
+    const i64 base = n * sn + p * sp;
+    const int pad = (size - 1) / 2, before = size - 1 - pad;
+    const float ratio = 2.0f * alpha * beta / (float)size;
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        if(c0 - before >= 0 && c0 + 8 + pad <= C)
+        {
+            float8 acc = (float8)(0.0f);
+            for(int j = c0 - before; j <= c0 + pad; ++j)
+                acc += load_f8(dy, base + j) * load_f8(y, base + j) / load_f8(scale, base + j);
+            const float8 g = load_f8(dy, base + c0) * LRN_POW8(load_f8(scale, base + c0), -beta);
+            store_f8(dx, base + c0, g - ratio * load_f8(x, base + c0) * acc);
+            continue;
+        }
+        for(int c = c0; c < c0 + 8 && c < C; ++c)
+        {
+            const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
+            float acc = 0.0f;
+            for(int j = j0; j < j1; ++j)
+                acc += LOAD(dy, base + j) * LOAD(y, base + j) / LOAD(scale, base + j);
+            const float g = LOAD(dy, base + c) * LRN_POW(LOAD(scale, base + c), -beta);
+            STORE(dx, base + c, g - ratio * LOAD(x, base + c) * acc);
+        }
+    }
+}
+#endif
+
 /* lrn_*_cross_ring (LRN_SIZE, the window, a compile-time constant): one work item per pixel walks
    the channels keeping the window's terms in a shift register (x^2 forward, dy * y / scale
    backward), so every element is read once; each output sums its window afresh in channel order
@@ -397,37 +437,6 @@ KERNEL void lrn_fwd_cross_ring(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* R
     }
 }
 
-KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
-                                 const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
-                                 GLOBAL data_t* RESTRICT dx, int N, int C, i64 P, i64 sn, i64 sp, int size,
-                                 float alpha, float beta)
-{
-    const i64 t = GLOBAL_ID0;
-    if(t >= (i64)N * P)
-        return;
-    const i64 n = t / P, p = t - n * P;
-    const i64 base = n * sn + p * sp;
-    const int pad = (size - 1) / 2, before = size - 1 - pad;
-    const float ratio = 2.0f * alpha * beta / (float)size;
-    for(int c0 = 0; c0 < C; c0 += 8)
-    {
-        if(c0 - before >= 0 && c0 + 8 + pad <= C)
-        {
-            float8 acc = (float8)(0.0f);
-            for(int j = c0 - before; j <= c0 + pad; ++j)
-                acc += load_f8(dy, base + j) * load_f8(y, base + j) / load_f8(scale, base + j);
-            const float8 g = load_f8(dy, base + c0) * LRN_POW8(load_f8(scale, base + c0), -beta);
-            store_f8(dx, base + c0, g - ratio * load_f8(x, base + c0) * acc);
-            continue;
-        }
-        for(int c = c0; c < c0 + 8 && c < C; ++c)
-        {
-            const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
-            float acc = 0.0f;
-            for(int j = j0; j < j1; ++j)
-                acc += LOAD(dy, base + j) * LOAD(y, base + j) / LOAD(scale, base + j);
-            const float g = LOAD(dy, base + c) * LRN_POW(LOAD(scale, base + c), -beta);
-            STORE(dx, base + c, g - ratio * LOAD(x, base + c) * acc);
 KERNEL void lrn_bwd_cross_ring(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
                                const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
                                GLOBAL data_t* RESTRICT dx, LRN_SHAPE, LRN_STRIDES(xs), LRN_STRIDES(ys),
