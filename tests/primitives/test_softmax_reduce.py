@@ -12,7 +12,7 @@ from miopy.problem.reduce import ReduceProblem
 from miopy.problem.softmax import SoftmaxProblem
 from miopy.reference import reduce as rref
 from miopy.reference import softmax as sref
-from miopy.reference.common import store_logical
+from miopy.reference.common import rms_range, store_logical, view
 from miopy.reference.tolerance import BASE, reduce_tolerance
 from miopy.tensor import DataType, TensorDesc, from_storage
 
@@ -106,6 +106,16 @@ def test_softmax_rows_cpu_kernels(ocl, dtype):
     p = SoftmaxProblem.create(TensorDesc(dtype, (3, 37, 1, 1)), "F", "accurate", "channel")
     bufs = random_buffers(p, rng, -1e3, 1e3)
     run_all(ocl, p, sref, BASE[p.dtype] * 2, buffers=bufs)
+    masked = np.where(rng.random((3, 37, 1, 1)) < 0.3, -np.inf, rng.uniform(-5, 5, (3, 37, 1, 1)))
+    bufs = random_buffers(p, rng)
+    bufs["x"] = store_logical(masked, p.tensors()["x"])  # attention masks: exp(-inf) is 0
+    want = sref.reference(p, {r: b.copy() for r, b in bufs.items()})["y"]
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers import by_name
+
+    make_solution(ocl, p, by_name("SoftmaxRows", "softmax")).run(ocl, bufs)
+    got = from_storage(view(bufs["y"], p.tensors()["y"]), p.dtype)
+    assert rms_range(got, want) < BASE[p.dtype] * 2 and (got[np.isneginf(masked)] == 0).all()
 
 
 def _reduce_problem(rng) -> ReduceProblem:

@@ -193,24 +193,7 @@ KERNEL void lrn_bwd_direct(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t*
    ~4 ns an element, its exp2 ~1 ns; convert_* builtins are slow there, so integers become floats
    through the 1.5 * 2^23 bias instead). log2: s = m 2^q, m in [sqrt(1/2), sqrt(2)),
    ln m = 2 atanh(z), z = (m - 1) / (m + 1), |z| < 0.172, series to z^9 (truncation < 4e-10).
-   2^t: t = n + f, |f| <= 1/2, 2^f by its Taylor series to f^7 (truncation < 6e-9), n added to the
-   exponent; t is clamped at -126 (results below 2^-126 are not needed: s^e is a scale factor). */
-DEVICE_FN float8 lrn_exp2_8(float8 t)
-{
-    t = fmax(t, -126.0f);
-    const float8 big = t + 0x1.8p23f; /* n in the low bits */
-    const float8 f = t - (big - 0x1.8p23f);
-    float8 p = 1.5252734e-5f;
-    p = p * f + 1.5403530e-4f;
-    p = p * f + 1.3333558e-3f;
-    p = p * f + 9.6181291e-3f;
-    p = p * f + 5.5504109e-2f;
-    p = p * f + 2.4022651e-1f;
-    p = p * f + 6.9314718e-1f;
-    p = p * f + 1.0f;
-    return as_float8(as_int8(p) + ((as_int8(big) - 0x4b400000) << 23));
-}
-
+   2^t: exp2_f8 (common/cpu_vec.h). */
 DEVICE_FN float8 lrn_pow8(float8 s, float e)
 {
     const int8 i = as_int8(s);
@@ -220,7 +203,7 @@ DEVICE_FN float8 lrn_pow8(float8 s, float e)
     const float8 z = (m - 1.0f) / (m + 1.0f), z2 = z * z;
     const float8 series = z2 * (1.0f / 3 + z2 * (1.0f / 5 + z2 * (1.0f / 7 + z2 * (1.0f / 9))));
     const float8 ln_m = 2.0f * z + 2.0f * z * series;
-    return lrn_exp2_8(e * (qf + ln_m * 1.4426950408889634f));
+    return exp2_f8(e * (qf + ln_m * 1.4426950408889634f));
 }
 #define LRN_POW8(s, e) lrn_pow8((s), (e))
 
