@@ -4,7 +4,8 @@ sweep of configs per direction.
 
 Timed as scripts/bench_igemm.py times (device events around back-to-back launches queued
 behind a sleep kernel, rotating input sets); a config's time is its whole program: the padding
-copies, the GEMM and the copy back. Each config is checked against cuDNN's result first.
+copies, the GEMM and the copy back. F4 is ConvIgemmPadC4FwdNhwc (4 channels, two taps per
+chunk). Each config is checked against cuDNN's result first.
 
     python scripts/bench_igemm_padded.py [--dirs F,B,W] [--dtypes fp16,bf16] [--configs all|default]
 """
@@ -30,45 +31,39 @@ from miopy.problem.conv import ConvDesc, ConvProblem  # noqa: E402
 from miopy.solvers.conv.igemm_common import tile_config as cfg  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc  # noqa: E402
+from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc  # noqa: E402
 from miopy.tensor import TensorDesc  # noqa: E402
 
-SOLVERS = {"F": ConvIgemmPadFwdNhwc(), "B": ConvIgemmPadBwdNhwc(), "W": ConvIgemmPadWrwNhwc()}
+SOLVERS = {
+    "F4": ConvIgemmPadC4FwdNhwc(),
+    "F": ConvIgemmPadFwdNhwc(),
+    "B": ConvIgemmPadBwdNhwc(),
+    "W": ConvIgemmPadWrwNhwc(),
+}
 BATCH, C, HW, K, FIL, STRIDE, PAD = 32, 3, 224, 64, 7, 2, 3
 SWEEP = {
-    "F": [
+    "F4": [
         cfg(128, 64, 64, 2, 2, 3),
         cfg(128, 64, 32, 2, 2, 4),
-        cfg(128, 64, 32, 2, 2, 3),
+        cfg(128, 64, 32, 4, 1, 4),
         cfg(128, 64, 64, 4, 1, 3),
         cfg(256, 64, 64, 4, 1, 3),
         cfg(256, 64, 32, 4, 1, 4),
         cfg(256, 64, 64, 4, 2, 3),
         cfg(64, 64, 64, 2, 2, 3),
-        cfg(128, 64, 64, 2, 2, 2, frag_bufs=2),
         cfg(128, 64, 64, 2, 2, 3, frag_bufs=2),
-        cfg(256, 64, 64, 4, 1, 3, frag_bufs=2),
     ],
+    "F": [],
     "B": [
-        cfg(128, 32, 64, 4, 1, 4),
-        cfg(128, 32, 32, 4, 1, 4),
-        cfg(256, 32, 64, 4, 1, 3),
-        cfg(256, 32, 64, 4, 1, 2),
-        cfg(64, 32, 64, 2, 1, 4),
-        cfg(128, 32, 64, 2, 1, 3),
-        cfg(128, 64, 64, 2, 2, 3),
-        cfg(128, 32, 64, 4, 1, 3, frag_bufs=2),
-        cfg(256, 32, 64, 4, 1, 3, frag_bufs=2),
+        cfg(128, 32, 64, 4, 1, 3),
+        cfg(256, 32, 64, 4, 1, 4),
+        cfg(256, 32, 32, 4, 1, 4),
     ],
     "W": [
-        {**base, "split_k": split}
-        for base in (
-            cfg(64, 128, 64, 2, 2, 3),
-            cfg(64, 64, 64, 2, 2, 3),
-            cfg(64, 128, 32, 2, 2, 4),
-            cfg(64, 64, 64, 2, 2, 4, frag_bufs=2),
-        )
-        for split in (16, 32, 48, 64, 96, 128)
+        cfg(64, 128, 32, 2, 2, 4, split_k=64),
+        cfg(64, 128, 64, 2, 2, 3, split_k=96),
+        cfg(64, 64, 64, 2, 2, 3, split_k=48),
     ],
 }
 device_us = Timer(iters=50, reps=3, sleep_cycles=10_000_000)
@@ -121,7 +116,7 @@ def bench(handle, direction: str, dtype: str, sols) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dirs", default="F,B,W")
+    ap.add_argument("--dirs", default="F4,F,B,W", help="F4: ConvIgemmPadC4FwdNhwc")
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--configs", default="all", choices=["all", "default"])
     ap.add_argument("--json", default="")
@@ -131,7 +126,7 @@ def main() -> int:
     for direction in args.dirs.split(","):
         solver = SOLVERS[direction]
         for dtype in args.dtypes.split(","):
-            problem = problem_of(direction, dtype)
+            problem = problem_of(direction[0], dtype)
             configs = [solver.default_config(handle, problem)]
             if args.configs == "all":
                 for c in SWEEP[direction]:
@@ -142,7 +137,7 @@ def main() -> int:
     print(f"built {len(built)} solutions", flush=True)
     results, wrong = [], []
     for direction, dtype, sols in jobs:
-        rows = bench(handle, direction, dtype, [s for s in sols if id(s) in built])
+        rows = bench(handle, direction[0], dtype, [s for s in sols if id(s) in built])
         for i, r in enumerate(rows):
             tag = "default" if i == 0 else "       "
             print(

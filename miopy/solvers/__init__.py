@@ -23,6 +23,7 @@ from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
+from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
 from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgemmFwdTf32x3
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
@@ -46,6 +47,7 @@ SOLVERS: dict[str, list[Solver]] = {
         GemmLtWrw1x1Nchw(),
         GemmFwd1x1_0_1(),
         ConvIgemmFwdNhwc(),
+        ConvIgemmPadC4FwdNhwc(),
         ConvIgemmPadFwdNhwc(),
         ConvIgemmFwdTf32x3(),
         GemmFwdRest(),

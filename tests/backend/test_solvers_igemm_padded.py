@@ -23,13 +23,23 @@ from miopy.solution import Launch, Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.igemm_padded import ALIGN, padded_problem, padding_reason
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
-from miopy.solvers.conv.implicit_gemm_pad_bwd import DEFAULT_NARROW_C, ConvIgemmPadBwdNhwc
+from miopy.solvers.conv.implicit_gemm_pad_bwd import (
+    DEFAULT_NARROW_C,
+    DEFAULT_NARROW_C_SMALL,
+    ConvIgemmPadBwdNhwc,
+)
+from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
 from miopy.tensor import TensorDesc
 
 SOLVERS = {"F": ConvIgemmPadFwdNhwc(), "B": ConvIgemmPadBwdNhwc(), "W": ConvIgemmPadWrwNhwc()}
 INNER = {"F": "ConvIgemmFwdNhwc", "B": "ConvIgemmBwdNhwc", "W": "ConvIgemmWrwNhwc"}
-GEMM_ROLES = {"igemm_fwd": ("x", "w", "y"), "igemm_bwd": ("y", "w", "x"), "igemm_wrw": ("x", "y", "w")}
+GEMM_ROLES = {
+    "igemm_fwd": ("x", "w", "y"),
+    "igemm_fwd_c4": ("x", "w", "y"),
+    "igemm_bwd": ("y", "w", "x"),
+    "igemm_wrw": ("x", "y", "w"),
+}
 
 
 def stem(direction: str, batch: int = 32, dtype: str = "fp16") -> ConvProblem:
@@ -113,8 +123,14 @@ def test_configs_are_the_inner_solvers_on_the_padded_problem(direction):
         assert not solver.is_valid_config(CTX, view_, None)
         with pytest.raises(BadParm):
             solver.get_program(CTX, view_, {**default, "bm": 48})
+    if direction == "W":  # twice the inner's split: 64 on the stem
+        inner_default = inner.default_config(CTX, padded_problem(stem("W")))
+        assert solver.default_config(CTX, stem("W")) == {**inner_default, "split_k": 64}
+        assert inner_default["split_k"] == 32
     if direction == "B":  # 8 padded channels: the 32-wide block
         assert solver.default_config(CTX, stem("B")) == DEFAULT_NARROW_C
+        small = solver.default_config(CTX, stem("B", batch=1))  # 196 blocks of 256 rows: < 2 per SM
+        assert small == DEFAULT_NARROW_C_SMALL
         wide = make("fp16", (2, 60, 9, 9), (16, 60, 3, 3), "B", pads=(1, 1))
         assert solver.default_config(CTX, wide) == inner.default_config(CTX, padded_problem(wide))
 
@@ -181,12 +197,12 @@ def simulate(program, problem: ConvProblem, tensors: dict[str, np.ndarray]) -> n
         if step.spec.name == "pad_channels":
             src, dst = buf(step.args[0]), buf(step.args[1])
             rows_dst, rows_src = int(step.args[2]), int(step.args[3])
-            mid, c_src, c_dst = d["CP_MID"], d["CP_C_SRC"], d["CP_C_DST"]
+            mid_src, mid_dst, c_src, c_dst = d["CP_MID"], d["CP_MID_DST"], d["CP_C_SRC"], d["CP_C_DST"]
             assert c_dst % d["CP_VEC"] == 0
-            s = src[: rows_src * mid * c_src].reshape(rows_src, mid, c_src)
-            out = np.zeros((rows_dst, mid, c_dst))
-            rows, cols = min(rows_src, rows_dst), min(c_src, c_dst)
-            out[:rows, :, :cols] = s[:rows, :, :cols]
+            s = src[: rows_src * mid_src * c_src].reshape(rows_src, mid_src, c_src)
+            out = np.zeros((rows_dst, mid_dst, c_dst))
+            rows, mids, cols = min(rows_src, rows_dst), min(mid_src, mid_dst), min(c_src, c_dst)
+            out[:rows, :mids, :cols] = s[:rows, :mids, :cols]
             dst[: out.size] = out.ravel()
         elif step.spec.name in GEMM_ROLES:
             x = TensorDesc(problem.dtype, (d["IG_N"], d["IG_C"], d["IG_H"], d["IG_W"]), layout="NHWC")
@@ -196,6 +212,10 @@ def simulate(program, problem: ConvProblem, tensors: dict[str, np.ndarray]) -> n
             roles = GEMM_ROLES[step.spec.name]
             descs = gemm_problem.tensors()
             inputs = {role: _logical(buf(arg), descs[role].lens) for role, arg in zip(roles[:2], step.args)}
+            if step.spec.name == "igemm_fwd_c4":  # the filter lies K x R x S2 x 4, tap S2-1 unused
+                k, c, r, s = descs["w"].lens
+                rows = buf(step.args[1])[: k * r * d["IG_S2"] * c].reshape(k, r, d["IG_S2"], c)
+                inputs["w"] = rows[:, :, :s].transpose(0, 3, 1, 2)
             assert not any(np.isnan(a).any() for a in inputs.values()), "a GEMM input was never written"
             result = conv_reference(gemm_problem, inputs)
             flat = _storage(result)
@@ -352,3 +372,111 @@ def test_invoker_passes_workspace_parts():
     assert fake.launched == [["X", ("WS", 512), "WS", np.int64(3)]]
     with pytest.raises(BadParm, match="offset"):
         Backend.buffer_at(Fake(), "WS", 256)
+
+
+# ---- ConvIgemmPadC4FwdNhwc: 4 channels, two taps per 16-byte chunk ----------------------------------
+C4 = ConvIgemmPadC4FwdNhwc()
+C4_ODD = [
+    make("fp16", (2, 3, 9, 11), (16, 3, 3, 3), "F", pads=(1, 1)),
+    make("bf16", (2, 1, 8, 8), (8, 1, 5, 5), "F", pads=(2, 2), dilations=(2, 1)),
+    make("fp16", (3, 2, 10, 7), (12, 2, 3, 2), "F", pads=(1, 0), strides=(2, 2), dilations=(1, 2)),
+    make("bf16", (1, 4, 6, 9), (20, 4, 1, 4), "F", pads=(0, 3), strides=(1, 3)),
+]
+
+
+def test_c4_applicability_and_order():
+    for problem in [stem("F"), *C4_ODD]:
+        assert C4.is_applicable(CTX, problem) is None, problem.key()
+    assert C4.is_applicable(fake_ctx("opencl"), stem("F")).startswith("backend ")
+    assert "> 4" in C4.is_applicable(CTX, make("fp16", (2, 5, 8, 8), (16, 5, 3, 3), "F", pads=(1, 1)))
+    assert "nothing to pad" in C4.is_applicable(CTX, make("fp16", (2, 8, 8, 8), (8, 8, 3, 3), "F"))
+    assert "direction" in C4.is_applicable(CTX, stem("B"))
+    names = [s.name for s in CONV_SOLVERS]
+    assert names.index("ConvIgemmFwdNhwc") < names.index(C4.name) < names.index("ConvIgemmPadFwdNhwc")
+    assert by_name("207", "conv") is not None and C4.tunable
+
+
+def test_c4_configs():
+    for problem in [stem("F"), *C4_ODD]:
+        default = C4.default_config(CTX, problem)
+        assert C4.is_valid_config(CTX, problem, default) and default["split_k"] == 1
+        space = list(C4.search_space(CTX, problem))
+        assert len(space) >= 10 and all(c["split_k"] == 1 for c in space)
+        assert not C4.is_valid_config(CTX, problem, {**default, "split_k": 2})
+        assert not C4.is_valid_config(CTX, problem, {**default, "bm": 48})
+        assert C4.is_valid_config(
+            fake_ctx(smem=16384), problem, C4.default_config(fake_ctx(smem=16384), problem)
+        )
+
+
+def test_c4_stem_program():
+    program = C4.get_program(CTX, stem("F"))
+    pad_x, pad_w, gemm = program.steps
+    x4 = 32 * 224 * 224 * 4 * 2
+    assert pad_x.args[:2] == (Tensor("x"), Workspace(0)) and pad_w.args[:2] == (Tensor("w"), Workspace(x4))
+    dx, dw, dg = dict(pad_x.spec.defines), dict(pad_w.spec.defines), dict(gemm.spec.defines)
+    assert (dx["CP_C_SRC"], dx["CP_C_DST"], dx["CP_VEC"]) == (3, 4, 4)  # 8-byte stores
+    assert (dw["CP_MID"], dw["CP_MID_DST"], dw["CP_C_SRC"], dw["CP_C_DST"]) == (7, 8, 3, 4)
+    assert int(pad_w.args[2]) == int(pad_w.args[3]) == 64 * 7
+    assert gemm.spec.name == "igemm_fwd_c4" and (dg["IG_C"], dg["IG_S"], dg["IG_S2"]) == (4, 7, 8)
+    assert gemm.args == (Workspace(0), Workspace(x4), Tensor("y"), None)
+    assert program.workspace == x4 + 64 * 7 * 8 * 4 * 2
+
+
+def test_c4_programs_run_in_numpy():
+    rng = np.random.default_rng(62)
+    for problem in C4_ODD:
+        tensors = {r: rng.uniform(-1, 1, d.lens) for r, d in problem.tensors().items() if r != "y"}
+        want = conv_reference(problem, tensors)
+        got = simulate(C4.get_program(CTX, problem), problem, tensors)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=problem.key())
+
+
+@support.needs_nvrtc
+def test_c4_kernels_compile_for_sm90():
+    from miopy.backends.base import KERNEL_ROOT
+    from miopy.backends.cuda import compile_cubin
+
+    for problem in (stem("F"), C4_ODD[2]):
+        space = list(C4.search_space(CTX, problem))
+        for config in (C4.default_config(CTX, problem), space[len(space) // 2]):
+            for spec in C4.get_program(CTX, problem, config).kernels:
+                source = (KERNEL_ROOT / "cuda" / f"{spec.file}.cu").read_text()
+                cubin = compile_cubin(source, f"{spec.file}.cu", spec.options(), arch="sm_90")
+                assert cubin[:4] == b"\x7fELF" and spec.name.encode() in cubin, spec
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_c4_random_problems(handle, dtype):
+    """Default configs on random problems of 1 to 4 channels, the stem at batch 2."""
+    rng = np.random.default_rng({"fp16": 76, "bf16": 77}[dtype])
+    support.check_solver(handle, C4, stem("F", batch=2, dtype=dtype), rng)
+    for _ in range(10):
+        while True:
+            c, k = int(rng.integers(1, 5)), int(rng.choice([3, 8, 16, 24, 64]))
+            try:
+                problem = make(
+                    dtype,
+                    (int(rng.integers(1, 4)), c, *rng.integers(1, 20, 2)),
+                    (k, c, *rng.integers(1, 8, 2)),
+                    "F",
+                    pads=tuple(rng.integers(0, 4, 2)),
+                    strides=tuple(rng.integers(1, 4, 2)),
+                    dilations=tuple(rng.integers(1, 3, 2)),
+                )
+                break
+            except (ValueError, BadParm):
+                continue
+        support.check_solver(handle, C4, problem, rng)
+
+
+@pytest.mark.gpu
+@gpu
+def test_c4_search_space_sample(handle):
+    problem = make("fp16", (2, 3, 13, 15), (36, 3, 3, 5), "F", pads=(1, 2), strides=(2, 2), dilations=(1, 2))
+    space = list(C4.search_space(handle, problem))
+    rng = np.random.default_rng(78)
+    for i in sorted({0, len(space) - 1, *rng.choice(len(space), 8, replace=False).tolist()}):
+        support.check_solver(handle, C4, problem, rng, space[i])

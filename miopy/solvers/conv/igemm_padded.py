@@ -82,16 +82,20 @@ def role_geometry(problem: ConvProblem, role: str) -> tuple[int, int, int]:
 
 
 def pad_launch(dtype: DataType, src: Any, dst: Any, src_geom: tuple, dst_geom: tuple) -> Launch:
-    """kernels/cuda/channel_pad.cu: ``dst`` (rows x mid x channels of ``dst_geom``) from ``src``
-    (``src_geom``, the same middle), zero-filled where ``src`` has no rows or channels."""
-    rows_src, mid, c_src = src_geom
+    """kernels/cuda/channel_pad.cu: ``dst`` (rows x middle x channels of ``dst_geom``) from
+    ``src`` (``src_geom``), zero-filled where ``src`` has no such row, middle or channel."""
+    rows_src, mid_src, c_src = src_geom
     rows_dst, mid_dst, c_dst = dst_geom
-    if mid != mid_dst:
-        raise bad("dst_geom", dst_geom, f"middle extent differs from the source's {mid}")
-    full = 16 // dtype.itemsize
-    vec = full if c_dst % full == 0 else 1
-    defines = {"MIOPY_DTYPE": dtype.code, "CP_MID": mid, "CP_C_SRC": c_src, "CP_C_DST": c_dst, "CP_VEC": vec}
-    global_size, local_size = grid_for(rows_dst * mid * c_dst // vec)
+    vec = next(v for v in (16 // dtype.itemsize, 8 // dtype.itemsize, 1) if c_dst % v == 0)
+    defines = {
+        "MIOPY_DTYPE": dtype.code,
+        "CP_MID": mid_src,
+        "CP_MID_DST": mid_dst,
+        "CP_C_SRC": c_src,
+        "CP_C_DST": c_dst,
+        "CP_VEC": vec,
+    }
+    global_size, local_size = grid_for(rows_dst * mid_dst * c_dst // vec)
     spec = KernelSpec("channel_pad", "pad_channels", defines, global_size, local_size)
     return Launch(spec, (src, dst, np.int64(rows_dst), np.int64(rows_src)))
 
@@ -130,40 +134,60 @@ class PaddedIgemmSolver(TunableSolver):
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         return self.inner.search_space(ctx, padded_problem(problem))
 
+    # ---- what a subclass may change: the padded problem, its tensors, its GEMM ------------------
+    def padded(self, problem: ConvProblem) -> ConvProblem:
+        """The problem the GEMM computes."""
+        return padded_problem(problem)
+
+    def geometries(self, problem: ConvProblem, padded: ConvProblem, role: str) -> tuple[tuple, tuple]:
+        """A role's (rows, middle, channels) in the user's problem and in the padded one."""
+        return role_geometry(problem, role), role_geometry(padded, role)
+
+    def gemm_kernels(
+        self, problem: ConvProblem, padded: ConvProblem, config: dict[str, int]
+    ) -> list[KernelSpec]:
+        """The GEMM kernel (and with a split, its sum)."""
+        return self.inner.kernel_specs(padded, config)
+
+    def gemm_smem(self, config: dict[str, int]) -> int:
+        return self.inner.smem_bytes(config)
+
+    def partials_bytes(self, padded: ConvProblem, config: dict[str, int]) -> int:
+        return self.inner.workspace_bytes(padded, config)
+
     # ---- program ---------------------------------------------------------------------------------
     def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
         return self.get_program(ctx, problem, config).workspace
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
-        padded = padded_problem(problem)
         if config is None:
             config = self.default_config(ctx, problem)
         elif not self.is_valid_config(ctx, problem, config):
             raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        padded = self.padded(problem)
         inner = self.inner
         dtype = problem.dtype
         parts = _Parts()
         steps: list[Launch] = []
         operands: dict[str, Any] = {}
         for role in (*inner.reads, inner.writes):
-            real, wide = role_geometry(problem, role), role_geometry(padded, role)
+            real, wide = self.geometries(problem, padded, role)
             if real == wide:
                 operands[role] = Tensor(role)
                 continue
             operands[role] = parts.take(wide[0] * wide[1] * wide[2] * dtype.itemsize)
             if role != inner.writes:
                 steps.append(pad_launch(dtype, Tensor(role), operands[role], real, wide))
-        specs = inner.kernel_specs(padded, config)
+        specs = self.gemm_kernels(problem, padded, config)
         split = config["split_k"] > 1
-        partials = parts.take(inner.workspace_bytes(padded, config)) if split else None
+        partials = parts.take(self.partials_bytes(padded, config)) if split else None
         a, b = inner.reads
         out = operands[inner.writes]
-        steps.append(
-            Launch(specs[0], (operands[a], operands[b], out, partials), shared_mem=inner.smem_bytes(config))
-        )
+        gemm_args = (operands[a], operands[b], out, partials)
+        steps.append(Launch(specs[0], gemm_args, shared_mem=self.gemm_smem(config)))
         if split:
             steps.append(Launch(specs[1], (partials, out)))
         if out != Tensor(inner.writes):
-            real, wide = role_geometry(problem, inner.writes), role_geometry(padded, inner.writes)
+            real, wide = self.geometries(problem, padded, inner.writes)
             steps.append(pad_launch(dtype, out, Tensor(inner.writes), wide, real))
         return Program(tuple(steps), workspace=parts.size)

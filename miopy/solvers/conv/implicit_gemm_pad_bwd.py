@@ -12,10 +12,14 @@ from typing import Any
 from miopy.problem.conv import ConvProblem
 from miopy.solvers.conv.igemm_common import tile_config
 from miopy.solvers.conv.igemm_padded import PaddedIgemmSolver, padded_problem
-from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
+from miopy.solvers.conv.implicit_gemm import FALLBACKS
+from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc, grid_blocks
 
-NARROW_C = 32  # padded C up to this: the narrow block
-DEFAULT_NARROW_C = tile_config(128, 32, 64, 4, 1, 3)
+NARROW_C = 32  # padded C up to this: the narrow blocks
+# On the H200 (ResNet-50 stem, batch 32, fp16; scripts/bench_igemm_padded.py): 256 x 32 tiles
+# 374 us, 128 x 32 387 us, the inner default's 128 x 64 554 us (cuDNN 423 us).
+DEFAULT_NARROW_C = tile_config(256, 32, 64, 4, 1, 3)
+DEFAULT_NARROW_C_SMALL = tile_config(128, 32, 64, 4, 1, 3)  # fewer than 2 blocks per SM with 256 rows
 
 
 class ConvIgemmPadBwdNhwc(PaddedIgemmSolver):
@@ -24,9 +28,12 @@ class ConvIgemmPadBwdNhwc(PaddedIgemmSolver):
     inner = ConvIgemmBwdNhwc()
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """DEFAULT_NARROW_C where padded C is at most NARROW_C (a 64-wide block would compute
-        mostly zeros) and the config is valid; else ConvIgemmBwdNhwc's default."""
+        """Where padded C is at most NARROW_C (a 64-wide block would compute mostly zeros):
+        DEFAULT_NARROW_C, or DEFAULT_NARROW_C_SMALL where that grid has fewer than 2 blocks per
+        multiprocessor (ConvIgemmBwdNhwc's small-grid rule, its fallbacks after them). Else
+        ConvIgemmBwdNhwc's default."""
         padded = padded_problem(problem)
-        if padded.x.lens[1] <= NARROW_C and self.inner.is_valid_config(ctx, padded, DEFAULT_NARROW_C):
-            return dict(DEFAULT_NARROW_C)
-        return self.inner.default_config(ctx, padded)
+        if padded.x.lens[1] > NARROW_C:
+            return self.inner.default_config(ctx, padded)
+        chain = [DEFAULT_NARROW_C, DEFAULT_NARROW_C_SMALL, *FALLBACKS]
+        return self.inner.default_with_small_grid(ctx, padded, chain, grid_blocks)
