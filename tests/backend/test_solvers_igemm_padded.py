@@ -21,6 +21,7 @@ from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.reference.conv import conv_reference
 from miopy.solution import Launch, Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
+from miopy.solvers.conv import implicit_gemm_pad_c4 as c4
 from miopy.solvers.conv.igemm_padded import ALIGN, padded_problem, padding_reason
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import (
@@ -397,6 +398,8 @@ def test_c4_applicability_and_order():
 
 
 def test_c4_configs():
+    assert C4.default_config(CTX, stem("F")) == c4.DEFAULT
+    assert C4.default_config(CTX, stem("F", batch=1)) == c4.DEFAULT_SMALL_GRID  # 49 blocks of 256
     for problem in [stem("F"), *C4_ODD]:
         default = C4.default_config(CTX, problem)
         assert C4.is_valid_config(CTX, problem, default) and default["split_k"] == 1

@@ -27,15 +27,22 @@ from miopy.solvers.conv.igemm_common import (
     smem_limit,
     threads,
     tile_candidates,
+    tile_config,
     tile_config_ok,
     tile_smem_bytes,
 )
 from miopy.solvers.conv.igemm_padded import PaddedIgemmSolver, padding_reason, round_up
-from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc, grid_blocks
+from miopy.solvers.conv.implicit_gemm import FALLBACKS, ConvIgemmFwdNhwc, grid_blocks
 from miopy.tensor import TensorDesc
 
 DOMAIN: dict[str, tuple[int, ...]] = {**FWD_DOMAIN, "split_k": (1,)}
 MAX_C = 4  # channels one half of a 16-byte chunk holds
+# default_config's choices, from a sweep of 10 configs on the ResNet-50 stem (batch 32, fp16, H200,
+# scripts/bench_igemm_padded.py, whole program; cuDNN 87.9 us): 256 x 64 x 32 with 4 x 1 warps
+# 74.5 us, 128 x 64 x 32 76.7 us, ConvIgemmFwdNhwc's 128 x 64 x 64 default 89.1 us (a reduction of
+# 224 is 7 steps of 32 but 4 of 64 with one half empty).
+DEFAULT = tile_config(256, 64, 32, 4, 1, 4)
+DEFAULT_SMALL_GRID = tile_config(128, 64, 32, 4, 1, 4)  # fewer than 2 blocks per SM with 256 rows
 
 
 def even_width(problem: ConvProblem) -> int:
@@ -86,8 +93,11 @@ class ConvIgemmPadC4FwdNhwc(PaddedIgemmSolver):
         return tile_config_ok(ctx, config, DOMAIN) and smem_bytes(config) <= smem_limit(ctx)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """ConvIgemmFwdNhwc's default for the 4-channel problem (never a split)."""
-        return self.inner.default_config(ctx, c4_problem(problem))
+        """DEFAULT, or DEFAULT_SMALL_GRID where DEFAULT's grid has fewer than 2 blocks per
+        multiprocessor, ConvIgemmFwdNhwc's FALLBACKS where shared memory is short (never a
+        split)."""
+        chain = [DEFAULT, DEFAULT_SMALL_GRID, *FALLBACKS]
+        return self.inner.default_with_small_grid(ctx, c4_problem(problem), chain, grid_blocks)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs no wider than the next power of two of K (at least 32), 128 threads or
