@@ -22,6 +22,7 @@ from miopy.reference.conv import conv_reference
 from miopy.solution import Launch, Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv import implicit_gemm_pad_c4 as c4
+from miopy.solvers.conv import implicit_gemm_wrw as wrw
 from miopy.solvers.conv.igemm_padded import ALIGN, padded_problem, padding_reason
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import (
@@ -30,7 +31,7 @@ from miopy.solvers.conv.implicit_gemm_pad_bwd import (
     ConvIgemmPadBwdNhwc,
 )
 from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc
-from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
+from miopy.solvers.conv.implicit_gemm_pad_wrw import DEFAULT_NARROW_K, ConvIgemmPadWrwNhwc
 from miopy.tensor import TensorDesc
 
 SOLVERS = {"F": ConvIgemmPadFwdNhwc(), "B": ConvIgemmPadBwdNhwc(), "W": ConvIgemmPadWrwNhwc()}
@@ -124,10 +125,11 @@ def test_configs_are_the_inner_solvers_on_the_padded_problem(direction):
         assert not solver.is_valid_config(CTX, view_, None)
         with pytest.raises(BadParm):
             solver.get_program(CTX, view_, {**default, "bm": 48})
-    if direction == "W":  # twice the inner's split: 64 on the stem
-        inner_default = inner.default_config(CTX, padded_problem(stem("W")))
-        assert solver.default_config(CTX, stem("W")) == {**inner_default, "split_k": 64}
-        assert inner_default["split_k"] == 32
+    if direction == "W":  # 64 x 128 tiles, twice default_split's 32: 64 on the stem
+        assert solver.default_config(CTX, stem("W")) == {**DEFAULT_NARROW_K, "split_k": 64}
+        assert wrw.default_split(padded_problem(stem("W")), DEFAULT_NARROW_K, 132) == 32
+        wide = make("fp16", (2, 12, 9, 9), (80, 12, 3, 3), "W", pads=(1, 1))
+        assert solver.default_config(CTX, wide) == inner.default_config(CTX, padded_problem(wide))
     if direction == "B":  # 8 padded channels: the 32-wide block
         assert solver.default_config(CTX, stem("B")) == DEFAULT_NARROW_C
         small = solver.default_config(CTX, stem("B", batch=1))  # 196 blocks of 256 rows: < 2 per SM

@@ -10,11 +10,14 @@ tensors, and a written tensor whose shape changes is computed into the workspace
 its real channels by the same kernel. Zero channels of x or dy add nothing to a sum, and the
 extra channels of a padded result are dropped, so the answer is exact up to the GEMM's rounding.
 
-Workspace: the padded copies, 256-byte aligned, then the GEMM's split-K partials (if any).
-The config is the inner solver's, validated and defaulted on the padded problem."""
+Workspace: the padded copies, 256-byte aligned, then the GEMM program's own workspace (split-K
+partials, if any). The GEMM steps are the inner solver's program on the padded problem with its
+tensors and workspace placed. The config is the inner solver's, validated and defaulted on the
+padded problem."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -143,17 +146,10 @@ class PaddedIgemmSolver(TunableSolver):
         """A role's (rows, middle, channels) in the user's problem and in the padded one."""
         return role_geometry(problem, role), role_geometry(padded, role)
 
-    def gemm_kernels(
-        self, problem: ConvProblem, padded: ConvProblem, config: dict[str, int]
-    ) -> list[KernelSpec]:
-        """The GEMM kernel (and with a split, its sum)."""
-        return self.inner.kernel_specs(padded, config)
-
-    def gemm_smem(self, config: dict[str, int]) -> int:
-        return self.inner.smem_bytes(config)
-
-    def partials_bytes(self, padded: ConvProblem, config: dict[str, int]) -> int:
-        return self.inner.workspace_bytes(padded, config)
+    def gemm_program(self, ctx, padded: ConvProblem, config: dict[str, int]) -> Program:
+        """The GEMM on the padded problem, on its roles and its own workspace (the inner
+        solver's program: with a split, a second kernel or a cluster sum, as it decides)."""
+        return self.inner.get_program(ctx, padded, config)
 
     # ---- program ---------------------------------------------------------------------------------
     def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
@@ -178,15 +174,21 @@ class PaddedIgemmSolver(TunableSolver):
             operands[role] = parts.take(wide[0] * wide[1] * wide[2] * dtype.itemsize)
             if role != inner.writes:
                 steps.append(pad_launch(dtype, Tensor(role), operands[role], real, wide))
-        specs = self.gemm_kernels(problem, padded, config)
-        split = config["split_k"] > 1
-        partials = parts.take(self.partials_bytes(padded, config)) if split else None
-        a, b = inner.reads
+        gemm = self.gemm_program(ctx, padded, config)
+        base = parts.take(gemm.workspace).offset if gemm.workspace else None
         out = operands[inner.writes]
-        gemm_args = (operands[a], operands[b], out, partials)
-        steps.append(Launch(specs[0], gemm_args, shared_mem=self.gemm_smem(config)))
-        if split:
-            steps.append(Launch(specs[1], (partials, out)))
+
+        def place(arg: Any) -> Any:
+            if isinstance(arg, Tensor):
+                return operands[arg.role]
+            if isinstance(arg, Workspace):
+                return Workspace(base + arg.offset)
+            return arg
+
+        for step in gemm.steps:
+            if not isinstance(step, Launch):
+                raise bad("step", type(step).__name__, f"{self.name} places kernel launches only")
+            steps.append(dataclasses.replace(step, args=tuple(place(a) for a in step.args)))
         if out != Tensor(inner.writes):
             real, wide = self.geometries(problem, padded, inner.writes)
             steps.append(pad_launch(dtype, out, Tensor(inner.writes), wide, real))

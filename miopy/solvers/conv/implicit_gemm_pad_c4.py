@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from miopy.problem.conv import ConvDesc, ConvProblem
-from miopy.solution import KernelSpec
+from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.conv.igemm_common import (
     DOMAIN as FWD_DOMAIN,
 )
@@ -107,16 +107,12 @@ class ConvIgemmPadC4FwdNhwc(PaddedIgemmSolver):
         return out or [self.default_config(ctx, problem)]
 
     # ---- the GEMM --------------------------------------------------------------------------------
-    def gemm_kernels(
-        self, problem: ConvProblem, padded: ConvProblem, config: dict[str, int]
-    ) -> list[KernelSpec]:
-        defines = shape_defines(padded, config, S2=even_width(problem))
+    def gemm_program(self, ctx, padded: ConvProblem, config: dict[str, int]) -> Program:
+        """igemm_fwd_c4: one block of ``threads(config)`` per output tile, no workspace."""
+        defines = shape_defines(padded, config, S2=even_width(padded))
         local = threads(config)
-        blocks = grid_blocks(padded, config)
-        return [KernelSpec("igemm_fwd_c4", "igemm_fwd_c4", defines, (blocks * local,), (local,))]
-
-    def gemm_smem(self, config: dict[str, int]) -> int:
-        return smem_bytes(config)
-
-    def partials_bytes(self, padded: ConvProblem, config: dict[str, int]) -> int:
-        return 0
+        spec = KernelSpec(
+            "igemm_fwd_c4", "igemm_fwd_c4", defines, (grid_blocks(padded, config) * local,), (local,)
+        )
+        args = (Tensor("x"), Tensor("w"), Tensor("y"), None)
+        return Program((Launch(spec, args, shared_mem=smem_bytes(config)),))
