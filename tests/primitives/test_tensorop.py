@@ -85,3 +85,28 @@ def test_strided_tensors(ocl):
     assert run_all(ocl, TensorOpProblem("mul", c, b, c, 1, 1, 1), ref, BASE[DataType.FP16]) == [
         "TensorOpStrided"
     ]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_packed_cpu_kernel_every_b_kind(ocl, dtype):
+    """PoCL's tensorop_packed_cpu (runs of 64 elements in float8 vectors, scalar tails): b like c,
+    b constant over each vector, b's run innermost (an NHWC bias), b gathered; every op, with and
+    without beta, lengths that leave vector and scalar tails."""
+    from miopy.solvers.tensorop.elementwise import TensorOpPacked
+
+    rng = np.random.default_rng(31)
+    cases = [
+        ((2, 16, 5, 7), (2, 16, 5, 7), "NCHW"),  # like c; 1120 elements: a run of 32 at the end
+        ((3, 5, 7, 9), (3, 5, 7, 9), "NCHW"),  # 945: a scalar tail
+        ((2, 16, 8, 8), (2, 16, 1, 1), "NCHW"),  # constant over runs of 64
+        ((2, 16, 3, 3), (1, 16, 1, 1), "NHWC"),  # bias innermost, 16 channels
+        ((2, 16, 5, 7), (1, 16, 1, 1), "NCHW"),  # runs of 35: gathered
+    ]
+    for clens, blens, layout in cases:
+        c, b = TensorDesc(dtype, clens, layout=layout), TensorDesc(dtype, blens, layout=layout)
+        for op, beta in (("add", 0.0), ("mul", 0.5), ("min", 0.0), ("max", 1.0)):
+            p = TensorOpProblem(op, c, b, c, 1.5, -0.5, beta)
+            prog = TensorOpPacked().get_program(ocl, p.solver_view())
+            assert prog.steps[0].spec.name == "tensorop_packed_cpu"
+            ran = run_all(ocl, p, ref, BASE[p.dtype] * 2, rng=rng)
+            assert "TensorOpPacked" in ran

@@ -145,3 +145,58 @@ KERNEL void tensor_set_strided(GLOBAL data_t* RESTRICT y, TENSOROP_SHAPE_ARGS, T
         STORE(y, o, TOP == 5 ? value * LOAD(y, o) : value);
     }
 }
+
+/* tensorop_packed_cpu: tensorop_packed for CPU OpenCL devices (PoCL): a work item takes a run of
+   TOP_RUN elements in float8 vectors (common/cpu_vec.h) and a scalar tail. b_kind as there, for
+   8-element vectors: 0 b like c, 1 b constant over each vector (b_inner a multiple of 8), 3 b's
+   run innermost (b_inner 1, b_mid a multiple of 8), 2 any (gathered). Same arguments. */
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+#include "common/cpu_vec.h"
+#define TOP_RUN 64
+
+KERNEL void tensorop_packed_cpu(const GLOBAL data_t* RESTRICT a, const GLOBAL data_t* RESTRICT b,
+                                GLOBAL data_t* RESTRICT c, i64 n, i64 b_inner, i64 b_mid, int b_kind, int op,
+                                float alpha1, float alpha2, float beta, int read_c)
+{
+    const i64 i0 = GLOBAL_ID0 * TOP_RUN;
+    if(i0 >= n)
+        return;
+    const i64 i1 = i0 + TOP_RUN < n ? i0 + TOP_RUN : n;
+    i64 i = i0;
+    for(; i + 8 <= i1; i += 8)
+    {
+        const float8 av = alpha1 * load_f8(a, i);
+        float8 bv;
+        if(b_kind == 0)
+            bv = load_f8(b, i);
+        else if(b_kind == 1)
+            bv = (float8)(LOAD(b, tensorop_bidx(i, b_inner, b_mid)));
+        else if(b_kind == 3)
+            bv = load_f8(b, (i64)((u64)i % (u64)b_mid));
+        else
+        {
+            float g[8];
+            for(int k = 0; k < 8; ++k)
+                g[k] = LOAD(b, tensorop_bidx(i + k, b_inner, b_mid));
+            bv = vload8(0, g);
+        }
+        bv *= alpha2;
+        float8 r;
+        switch(TOP)
+        {
+        case 0: r = av + bv; break;
+        case 1: r = av * bv; break;
+        case 2: r = fmin(av, bv); break;
+        default: r = fmax(av, bv); break;
+        }
+        if(read_c)
+            r += beta * load_f8(c, i);
+        store_f8(c, i, r);
+    }
+    for(; i < i1; ++i)
+    {
+        const float r = tensor_binop(alpha1 * LOAD(a, i), alpha2 * LOAD(b, tensorop_bidx(i, b_inner, b_mid)), TOP);
+        STORE(c, i, read_c ? r + beta * LOAD(c, i) : r);
+    }
+}
+#endif

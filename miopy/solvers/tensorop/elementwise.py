@@ -10,7 +10,7 @@ from miopy.problem.keys import dense_alike, memory_order
 from miopy.problem.tensorop import TensorOpProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import grid_1d, specialize
+from miopy.solvers.launch import cpu_grid, cpu_kernels, grid_1d, specialize
 from miopy.tensor import TensorDesc
 
 VEC_BYTES = 16
@@ -38,6 +38,9 @@ def broadcast_run(b: TensorDesc, c: TensorDesc) -> tuple[int, int] | None:
     return math.prod(lc[q:]), math.prod(lc[p:q])
 
 
+CPU_RUN = 64  # elements a work item of tensorop_packed_cpu takes (TOP_RUN)
+
+
 def _dims(desc: TensorDesc) -> list:
     return [np.int32(v) for v in desc.lens5()]
 
@@ -54,8 +57,8 @@ class _TensorOp(Solver):
     algorithm = "direct"
     dynamic = True
 
-    def _spec(self, ctx, problem: TensorOpProblem, kernel: str, work: int) -> KernelSpec:
-        global_size, local_size = grid_1d(work)
+    def _spec(self, ctx, problem: TensorOpProblem, kernel: str, work: int, grid=None) -> KernelSpec:
+        global_size, local_size = grid or grid_1d(work)
         defines = {"MIOPY_DTYPE": problem.dtype.code}
         if specialize(ctx):
             defines["TENSOROP_OP"] = problem.op.kernel_code
@@ -100,6 +103,8 @@ class TensorOpPacked(_TensorOp):
             spec = self._spec(ctx, problem, "tensor_set_packed", -(-n // vec))
             return Program((Launch(spec, (Tensor("y"), np.int64(n), *self._scalars(problem))),))
         inner, mid = broadcast_run(t["b"], t["c"])
+        if cpu_kernels(ctx) and problem.dtype.itemsize < 8:
+            vec = 8  # tensorop_packed_cpu: float8 vectors, runs of CPU_RUN elements a work item
         if inner == 1 and mid == n:
             kind = 0  # b like c
         elif inner % vec == 0:
@@ -108,7 +113,10 @@ class TensorOpPacked(_TensorOp):
             kind = 3  # b's run innermost: vector loads of b
         else:
             kind = 2
-        spec = self._spec(ctx, problem, "tensorop_packed", -(-n // vec))
+        if cpu_kernels(ctx) and problem.dtype.itemsize < 8:
+            spec = self._spec(ctx, problem, "tensorop_packed_cpu", 0, cpu_grid(-(-n // CPU_RUN)))
+        else:
+            spec = self._spec(ctx, problem, "tensorop_packed", -(-n // vec))
         args = (
             Tensor("a"),
             Tensor("b"),
