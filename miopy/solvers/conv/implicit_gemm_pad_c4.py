@@ -100,8 +100,8 @@ class ConvIgemmPadC4FwdNhwc(PaddedIgemmSolver):
         return self.inner.default_with_small_grid(ctx, c4_problem(problem), chain, grid_blocks)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
-        """Valid configs no wider than the next power of two of K (at least 32), 128 threads or
-        more for tiles of 64 x 64 and up."""
+        """The curated block shapes and pipelines (igemm_common.TUNE_TILES x TUNE_PIPES) no
+        wider than the next power of two of padded K (at least 32) that are valid here."""
         cap = pow2_cap(round_up(problem.w.lens[0]))
         out = [c for c in tile_candidates(DOMAIN, cap_n=cap) if self.is_valid_config(ctx, problem, c)]
         return out or [self.default_config(ctx, problem)]
