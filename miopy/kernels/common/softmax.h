@@ -128,37 +128,8 @@ KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         const int live = row < rows;
         const i64 base = live ? row * L : 0;
         float cache[SMAX_SLOTS][VEC];
-#if SMAX_PER > 0
-        /* the row in registers: its maximum, then one exp per element (kept for the output) */
         float m = SMAX_NEG_INF, s = 0.0f;
         SMAX_UNROLL
-        for(int k = 0; k < SMAX_NPER; ++k)
-        {
-            const int c = lane + k * SMAX_TEAM;
-            const int n = live ? smax_count(c, L) : 0;
-            smax_load(x, base, c, n, vec_ok, cache[k]);
-            for(int j = 0; j < VEC; ++j)
-                if(j < n)
-                    m = F_MAX(m, cache[k][j]);
-        }
-        const float mx = smax_team(m, 0, red, tid, lane);
-        SMAX_UNROLL
-        for(int k = 0; k < SMAX_NPER; ++k)
-        {
-            const int c = lane + k * SMAX_TEAM;
-            const int n = live ? smax_count(c, L) : 0;
-            for(int j = 0; j < VEC; ++j)
-                if(j < n)
-                {
-                    const float e = F_EXP(cache[k][j] - mx);
-                    s += e;
-                    if(!log_mode)
-                        cache[k][j] = e;
-                }
-        }
-        const float sum = smax_team(s, 1, red, tid, lane);
-#else
-        float m = SMAX_NEG_INF, s = 0.0f;
         for(int k = 0; k < SMAX_NPER; ++k)
         {
             const int c = lane + k * SMAX_TEAM;
@@ -181,7 +152,6 @@ KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         const float mx = smax_team(m, 0, red, tid, lane);
         s = m == mx ? s : s * F_EXP(m - mx);
         const float sum = smax_team(s, 1, red, tid, lane);
-#endif
         const float inv = 1.0f / sum, lg = mx + SMAX_LOGF(sum);
         SMAX_UNROLL
         for(int k = 0; k < SMAX_NPER; ++k)
@@ -197,11 +167,7 @@ KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
                 smax_load(y, base, c, n, vec_ok, old);
             for(int j = 0; j < VEC; ++j)
             {
-#if SMAX_PER > 0
-                const float r = log_mode ? v[j] - lg : v[j] * inv; /* v holds the exp already */
-#else
                 const float r = log_mode ? v[j] - lg : F_EXP(v[j] - mx) * inv;
-#endif
                 v[j] = read_y ? alpha * r + beta * old[j] : alpha * r;
             }
             smax_store(y, base, c, n, vec_ok, v);
