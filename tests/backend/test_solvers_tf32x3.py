@@ -213,15 +213,17 @@ def test_nhwc_forward_is_one_launch():
 def test_nchw_forward_goes_through_the_workspace():
     problem = RESNET[3]  # 128 x 28 x 28 -> 128, NCHW
     program = FWD.get_program(CTX, problem)
-    assert _names(program) == ["transpose_f32", "filter_repack_f32", "igemm_fwd_tf32x3", "transpose_f32"]
-    t_in, repack, gemm, t_out = program.steps
+    assert _names(program) == ["transpose_f32", "filter_repack_f32", "igemm_fwd_tf32x3"]
+    t_in, repack, gemm = program.steps
     assert t_in.args[0] == Tensor("x") and t_in.args[2] == Workspace()
     assert t_in.spec.global_size == (-(-784 // 32) * 32, 4 * 8, 32) and t_in.spec.local_size == (32, 8, 1)
     assert repack.args[-1] == 0  # forward: taps as they lie
-    assert all(isinstance(a, Workspace) for a in gemm.args[0:6:2])
-    assert t_out.args[2] == Tensor("y")
+    assert all(isinstance(a, Workspace) for a in gemm.args[0:4:2])
+    assert gemm.args[4] == Tensor("y") and dict(gemm.spec.defines)["TX_OUT_NCHW"] == 1  # written NCHW
     act = 32 * 128 * 28 * 28 * 4
-    assert program.workspace >= 2 * act + 128 * 128 * 9 * 4
+    assert act + 128 * 128 * 9 * 4 <= program.workspace < 2 * act
+    mixed = make((32, 128, 28, 28), (128, 128, 3, 3), layouts=("NCHW", "NCHW", "NHWC"), pads=(1, 1))
+    assert "TX_OUT_NCHW" not in dict(FWD.get_program(CTX, mixed).kernels[-1].defines)
 
 
 def test_backward_data_flips_the_filter():
@@ -273,11 +275,11 @@ def test_backward_weights_program_and_configs():
     assert WRW.is_valid_config(CTX, problem, config)
     assert wrw_blocks(problem, config) * config["split_k"] >= 2 * 132  # the split fills the device
     program = WRW.get_program(CTX, problem, config)
-    names = ["transpose_f32", "transpose_f32", "igemm_wrw_tf32x3", "tf32x3_wrw_sum", "transpose_f32"]
+    names = ["transpose_f32", "transpose_f32", "igemm_wrw_tf32x3", "tf32x3_wrw_sum"]
     assert _names(program) == names
-    gemm = program.steps[2]
+    gemm, total = program.steps[2:]
     assert gemm.shared_mem == wrw_smem(config) and gemm.spec.global_size[1] == config["split_k"]
-    assert program.steps[-1].args[2] == Tensor("w")
+    assert total.args[2] == Tensor("w") and dict(total.spec.defines)["TX_OUT_NCHW"] == 1
     nhwc = make((32, 128, 28, 28), (128, 128, 3, 3), "W", pads=(1, 1))
     assert _names(WRW.get_program(CTX, nhwc, {**config, "split_k": 1})) == ["igemm_wrw_tf32x3"]
     space = list(WRW.search_space(CTX, nhwc))

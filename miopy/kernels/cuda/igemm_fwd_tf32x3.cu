@@ -16,6 +16,9 @@
    its partial sums to slice blockIdx.y of `part` (TX_SPLIT_K x M x K floats), and
    tf32x3_splitk_sum adds them into y.
 
+   With TX_OUT_NCHW = 1, y is packed NCHW instead (row m = (n, pq) of channel k goes to
+   y[(n*K + k)*P*Q + pq]), written straight from the accumulators or by the split-K sum.
+
    The tensors are given as base pointer plus element offset (workspace regions of the NCHW
    and backward-data programs). Needs C % 4 == 0 and K % 4 == 0. */
 
@@ -23,6 +26,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_BM=64 -DTX_BN=64 -DTX_BK=16 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_SPLIT_K=3 -DTX_BM=64 -DTX_BN=128 -DTX_BK=32 -DTX_WARPS_M=1 -DTX_WARPS_N=4 -DTX_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_BM=256 -DTX_BN=128 -DTX_BK=32 -DTX_WARPS_M=4 -DTX_WARPS_N=2 -DTX_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1 -DTX_SPLIT_K=2 -DTX_BM=64 -DTX_BN=64 -DTX_BK=32 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_N=3 -DTX_C=12 -DTX_H=9 -DTX_W=11 -DTX_K=20 -DTX_R=2 -DTX_S=3 -DTX_P=4 -DTX_Q=5 -DTX_PH=1 -DTX_PW=0 -DTX_SH=2 -DTX_SW=2 -DTX_DH=2 -DTX_DW=1
 
 #include "common/mma_tf32x3.h"
@@ -60,6 +65,11 @@
 #endif
 #ifndef TX_SPLIT_K
 #define TX_SPLIT_K 1
+#endif
+#if defined(TX_OUT_NCHW) && TX_OUT_NCHW
+#define TX_NCHW 1 /* y packed NCHW */
+#else
+#define TX_NCHW 0
 #endif
 
 #define TX_THREADS (TX_WARPS_M * TX_WARPS_N * 32)
@@ -168,7 +178,8 @@ KERNEL void __launch_bounds__(TX_THREADS)
 
     /* ---- epilogue: fp32 pairs straight from the accumulators (row g and g + 8 of each m16
        block, columns 2t and 2t + 1 of each n8 block) ---- */
-    float* out = TX_SPLIT_K > 1 ? part + part_off + (i64)blockIdx.y * TX_M * TX_K : y + y_off;
+    const bool split = TX_SPLIT_K > 1;
+    float* out = split ? part + part_off + (i64)blockIdx.y * TX_M * TX_K : y + y_off;
 #pragma unroll
     for(int i = 0; i < TX_MI; ++i)
 #pragma unroll
@@ -177,18 +188,27 @@ KERNEL void __launch_bounds__(TX_THREADS)
             const int row = m0 + wm0 + i * 16 + h * 8 + (lane >> 2);
             if(row >= TX_M)
                 continue;
+            const int img = row / (TX_P * TX_Q);
+            float* plane = out + (i64)img * TX_K * (TX_P * TX_Q) + (row - img * (TX_P * TX_Q));
 #pragma unroll
             for(int j = 0; j < TX_NI; ++j)
             {
                 const int k = n0 + wn0 + j * 8 + (lane & 3) * 2;
-                if(k < TX_K)
+                if(k >= TX_K)
+                    continue;
+                if(TX_NCHW && !split)
+                {
+                    plane[(i64)k * (TX_P * TX_Q)] = acc[i][j][2 * h];
+                    plane[(i64)(k + 1) * (TX_P * TX_Q)] = acc[i][j][2 * h + 1];
+                }
+                else
                     *reinterpret_cast<float2*>(out + (i64)row * TX_K + k) =
                         make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             }
         }
 }
 
-/* Split-K: y = the sum of the TX_SPLIT_K partial outputs, 4 values per thread. */
+/* Split-K: y = the sum of the TX_SPLIT_K partial outputs (NHWC order), 4 channels per thread. */
 KERNEL void tf32x3_splitk_sum(const float* RESTRICT part, i64 part_off, float* RESTRICT y, i64 y_off)
 {
     const i64 total = (i64)TX_M * TX_K;
@@ -203,5 +223,16 @@ KERNEL void tf32x3_splitk_sum(const float* RESTRICT part, i64 part_off, float* R
         const float4 u = p[s * (total / 4)];
         v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
     }
+#if TX_NCHW
+    const i64 row = e / TX_K;
+    const int k = (int)(e - row * TX_K);
+    const i64 img = row / (TX_P * TX_Q);
+    float* o = y + y_off + (img * TX_K + k) * (TX_P * TX_Q) + (row - img * (TX_P * TX_Q));
+    o[0] = v.x;
+    o[TX_P * TX_Q] = v.y;
+    o[2 * TX_P * TX_Q] = v.z;
+    o[3 * TX_P * TX_Q] = v.w;
+#else
     *reinterpret_cast<float4*>(y + y_off + e) = v;
+#endif
 }

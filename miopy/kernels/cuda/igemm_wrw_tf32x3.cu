@@ -11,10 +11,15 @@
    (TX_SPLIT_K): slice blockIdx.y writes its partial dw to the workspace and tf32x3_wrw_sum adds
    the slices into dw; without a split the block writes dw itself.
 
+   With TX_OUT_NCHW = 1, dw is packed K x C x R x S instead (tap n = (r, s, c) of filter k goes to
+   dw[(k*C + c)*R*S + r*S + s]), written straight from the accumulators or by the sum.
+
    Needs C % 4 == 0 and K % 4 == 0. */
 
 // miopy-compile-test: -DMIOPY_DTYPE=0
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_BM=64 -DTX_BN=64 -DTX_BK=16 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=4 -DTX_SPLIT_K=16
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1 -DTX_SPLIT_K=1
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_N=3 -DTX_C=12 -DTX_H=9 -DTX_W=11 -DTX_K=20 -DTX_R=2 -DTX_S=3 -DTX_P=4 -DTX_Q=5 -DTX_PH=1 -DTX_PW=0 -DTX_SH=2 -DTX_SW=2 -DTX_DH=2 -DTX_DW=1
 
 #include "common/mma_tf32x3.h"
@@ -51,6 +56,20 @@
 #ifndef TX_SPLIT_K
 #define TX_SPLIT_K 8
 #endif
+#if defined(TX_OUT_NCHW) && TX_OUT_NCHW
+#define TX_NCHW 1 /* dw packed K x C x R x S */
+#else
+#define TX_NCHW 0
+#endif
+
+/* Element offset in dw of tap n = (r, s, c) of filter k. */
+DEVICE_FN i64 dw_index(int k, int n)
+{
+    if(!TX_NCHW)
+        return (i64)k * (TX_R * TX_S * TX_C) + n;
+    const int rs = n / TX_C;
+    return ((i64)k * TX_C + (n - rs * TX_C)) * (TX_R * TX_S) + rs;
+}
 
 #define TX_THREADS (TX_WARPS_M * TX_WARPS_N * 32)
 #define TX_WM (TX_BM / TX_WARPS_M)
@@ -184,14 +203,22 @@ KERNEL void __launch_bounds__(TX_THREADS)
             for(int j = 0; j < TX_NI; ++j)
             {
                 const int n = n0 + wn0 + j * 8 + tq * 2;
-                if(n < TX_KD)
+                if(n >= TX_KD)
+                    continue;
+                if(TX_NCHW && TX_SPLIT_K == 1)
+                {
+                    const i64 at = dw_index(k, n); /* n and n + 1: channels c and c + 1 of one tap */
+                    out[at] = acc[i][j][2 * h];
+                    out[at + TX_R * TX_S] = acc[i][j][2 * h + 1];
+                }
+                else
                     *reinterpret_cast<float2*>(out + (i64)k * TX_KD + n) =
                         make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             }
         }
 }
 
-/* dw = the sum of the TX_SPLIT_K partial filters, 4 values per thread. */
+/* dw = the sum of the TX_SPLIT_K partial filters (K x R x S x C order), 4 values per thread. */
 KERNEL void tf32x3_wrw_sum(const float* RESTRICT part, i64 part_off, float* RESTRICT dw, i64 dw_off)
 {
     const i64 total = (i64)TX_K * TX_KD;
@@ -206,5 +233,15 @@ KERNEL void tf32x3_wrw_sum(const float* RESTRICT part, i64 part_off, float* REST
         const float4 u = p[s * (total / 4)];
         v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
     }
+#if TX_NCHW
+    const int k = (int)(e / TX_KD);
+    const i64 at = dw_index(k, (int)(e - (i64)k * TX_KD)); /* 4 channels of one tap */
+    float* o = dw + dw_off + at;
+    o[0] = v.x;
+    o[TX_R * TX_S] = v.y;
+    o[2 * TX_R * TX_S] = v.z;
+    o[3 * TX_R * TX_S] = v.w;
+#else
     *reinterpret_cast<float4*>(dw + dw_off + e) = v;
+#endif
 }

@@ -12,9 +12,10 @@ GEMM view (forward): M = N*Ho*Wo output pixels, N = K output channels, reduction
 filter taps gathered on the fly from NHWC x. Backward data with stride 1 is the forward
 convolution of dy with the filter transposed (C outputs, K inputs) and flipped, padding
 dilation*(R-1) - pad. The kernel reads NHWC activations and a [O][R][S][I] filter: NCHW tensors
-are transposed into the workspace first (and the NCHW output back), a filter in any other order
-(or flipped, backward) is repacked there. fp32, groups = 1, C and K multiples of 4, every tensor
-under 2^31 elements, any stride, padding and dilation forward.
+are transposed into the workspace first and an NCHW output is written in place by the kernel's
+epilogue; a filter in any other order (or flipped, backward) is repacked there. fp32,
+groups = 1, C and K multiples of 4, every tensor under 2^31 elements, any stride, padding and
+dilation forward.
 
 The config is the block tile (``bm`` x ``bn`` outputs, ``bk`` reduction floats per pipeline
 stage), the warp grid (``warps_m`` x ``warps_n``), the cp.async pipeline depth (``stages``) and
@@ -266,14 +267,13 @@ class _Tf32x3Solver(TunableSolver):
     # ---- program ---------------------------------------------------------------------------------
     def _layout(self, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
         """Workspace regions (byte offsets; -1: not needed) and the total: the NHWC input, the
-        packed filter, the NHWC output and the split's partial sums."""
+        packed filter and the split's partial sums (an NCHW output is written by the kernel)."""
         shape = gemm_shape(problem)
         act, _ = self.reads
         regions, end = {}, 0
         sizes = {
             "in": 0 if is_nhwc(getattr(problem, act)) else shape.n * shape.h * shape.w * shape.c,
             "filter": 0 if self._filter_as_is(problem) else shape.k * shape.taps,
-            "out": 0 if is_nhwc(getattr(problem, self.writes)) else shape.rows * shape.k,
             "part": 0 if config["split_k"] == 1 else config["split_k"] * shape.rows * shape.k,
         }
         for name, elements in sizes.items():
@@ -312,6 +312,8 @@ class _Tf32x3Solver(TunableSolver):
         if regions["filter"] >= 0:
             steps.append(self._repack(problem, regions["filter"] // 4))
         defines = shape.defines(config)
+        if not is_nhwc(getattr(problem, self.writes)):
+            defines["TX_OUT_NCHW"] = 1  # the kernel (or the split's sum) writes NCHW itself
         local = threads(config)
         split = config["split_k"]
         gemm = KernelSpec(
@@ -321,7 +323,7 @@ class _Tf32x3Solver(TunableSolver):
             (grid_blocks(shape, config) * local, split),
             (local, 1),
         )
-        out = operand("out", self.writes)
+        out = (Tensor(self.writes), np.int64(0))
         part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
         args = (*operand("in", act), *operand("filter", "w"), *out, *part)
         steps.append(Launch(gemm, args, shared_mem=smem_bytes(config)))
@@ -330,18 +332,6 @@ class _Tf32x3Solver(TunableSolver):
             global_size, local_size = grid_1d(total // 4)
             spec = KernelSpec("igemm_fwd_tf32x3", "tf32x3_splitk_sum", defines, global_size, local_size)
             steps.append(Launch(spec, (*part, *out)))
-        if regions["out"] >= 0:  # NHWC -> NCHW: per image, P*Q rows of K
-            steps.append(
-                transpose_launch(
-                    Workspace(),
-                    regions["out"] // 4,
-                    Tensor(self.writes),
-                    0,
-                    shape.n,
-                    shape.p * shape.q,
-                    shape.k,
-                )
-            )
         return Program(tuple(steps), regions["total"], {"precision": "3xtf32"})
 
     def _repack(self, problem: ConvProblem, dst: int) -> Launch:

@@ -5,9 +5,9 @@ kernels/cuda/layout_f32.cu). The arithmetic is implicit_gemm_tf32x3.py's: never 
 GEMM view: M = K output channels, N = R*S*C filter taps, reduction over the N*Ho*Wo output
 pixels with x's im2col gathered on the fly; the reduction is long and the output small, so it is
 split over ``split_k`` blocks (fp32 partial filters in the workspace, then a sum kernel). NHWC
-x and dy are read as they lie, NCHW ones are transposed into the workspace first; dw is written
-K x R x S x C, straight into an NHWC filter or into the workspace and transposed into an NCHW
-one. fp32, groups = 1, C and K multiples of 4, any stride, padding and dilation.
+x and dy are read as they lie, NCHW ones are transposed into the workspace first; the kernel (or
+the split's sum) writes dw as it lies, K x R x S x C or K x C x R x S. fp32, groups = 1, C and K
+multiples of 4, any stride, padding and dilation.
 
 The config: block tile (``bm`` output channels x ``bn`` taps, ``bk`` pixels per pipeline stage),
 warp grid, pipeline stages, and the split of the reduction."""
@@ -194,7 +194,6 @@ class ConvIgemmWrwTf32x3(TunableSolver):
         sizes = {
             "x": 0 if is_nhwc(problem.x) else shape.n * shape.h * shape.w * shape.c,
             "dy": 0 if is_nhwc(problem.y) else shape.rows * shape.k,
-            "dw": 0 if is_nhwc(problem.w) else filt,
             "part": 0 if config["split_k"] == 1 else config["split_k"] * filt,
         }
         regions, end = {}, 0
@@ -214,7 +213,7 @@ class ConvIgemmWrwTf32x3(TunableSolver):
             raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
         shape = gemm_shape(problem)
         regions = self._layout(problem, config)
-        roles = {"x": "x", "dy": "y", "dw": "w"}
+        roles = {"x": "x", "dy": "y"}
 
         def operand(name: str) -> tuple[Any, np.int64]:
             if regions[name] < 0:
@@ -235,6 +234,8 @@ class ConvIgemmWrwTf32x3(TunableSolver):
                 )
             )
         defines = shape.defines(config)
+        if not is_nhwc(problem.w):
+            defines["TX_OUT_NCHW"] = 1  # dw written K x C x R x S by the kernel (or the sum)
         local = threads(config)
         split = config["split_k"]
         gemm = KernelSpec(
@@ -245,7 +246,7 @@ class ConvIgemmWrwTf32x3(TunableSolver):
             (local, 1),
         )
         part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
-        out = operand("dw")
+        out = (Tensor("w"), np.int64(0))
         steps.append(
             Launch(gemm, (*operand("x"), *operand("dy"), *out, *part), shared_mem=smem_bytes(config))
         )
@@ -253,10 +254,4 @@ class ConvIgemmWrwTf32x3(TunableSolver):
             global_size, local_size = grid_1d(shape.k * shape.taps // 4)
             spec = KernelSpec("igemm_wrw_tf32x3", "tf32x3_wrw_sum", defines, global_size, local_size)
             steps.append(Launch(spec, (*part, *out)))
-        if regions["dw"] >= 0:  # K x (R*S) x C -> K x C x (R*S)
-            steps.append(
-                transpose_launch(
-                    Workspace(), regions["dw"] // 4, Tensor("w"), 0, shape.k, shape.r * shape.s, shape.c
-                )
-            )
         return Program(tuple(steps), regions["total"], {"precision": "3xtf32"})
