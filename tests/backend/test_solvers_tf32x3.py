@@ -27,6 +27,7 @@ from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.implicit_gemm_tf32x3 import (
     DEFAULT_NARROW,
     DEFAULT_SMALL_GRID,
+    DEFAULT_SPLIT,
     DEFAULT_WIDE,
     DOMAIN,
     FIELDS,
@@ -128,8 +129,10 @@ def test_default_config_follows_the_problem():
     assert FWD.default_config(CTX, RESNET[0]) == DEFAULT_WIDE  # 100352 rows: 784 blocks
     assert FWD.default_config(CTX, RESNET[2]) == DEFAULT_WIDE  # 25088 rows: 392 blocks
     assert FWD.default_config(CTX, RESNET[4]) == DEFAULT_SMALL_GRID  # 6272 rows x 256: 196 blocks
-    tiny = RESNET[6]  # 7x7 images: 1568 rows, 200 blocks of 64 x 64: split in 3
-    assert FWD.default_config(CTX, tiny) == {**DEFAULT_SMALL_GRID, "split_k": 3}
+    tiny = RESNET[6]  # 7x7 images: 1568 rows, 200 blocks of 64 x 64: 128 x 128 split in 2
+    assert FWD.default_config(CTX, tiny) == DEFAULT_SPLIT
+    few = make((32, 64, 7, 7), (64, 64, 3, 3), pads=(1, 1))  # 25 blocks of 64 x 64, K = 64
+    assert FWD.default_config(CTX, few) == {**DEFAULT_SMALL_GRID, "split_k": 4}  # 576 taps: 36 steps
     narrow = make((8, 16, 20, 20), (32, 16, 3, 3), pads=(1, 1))
     assert FWD.default_config(fake_ctx(compute_units=8), narrow) == DEFAULT_NARROW
     small = fake_ctx(smem=24 * 1024)
@@ -167,9 +170,9 @@ def test_is_valid_config_rejects_garbage():
     ]
     for config in bad_values:
         assert not FWD.is_valid_config(CTX, ODD, config), config
-    assert smem_bytes(good) == 3 * 192 * 32 * 4
-    assert not FWD.is_valid_config(fake_ctx(smem=64 * 1024), ODD, good)  # 72 KB
-    assert k_tiles(gemm_shape(ODD), {**good, "bk": 16}) == 5  # 2 * 3 * 12 taps
+    assert smem_bytes(good) == 4 * 192 * 16 * 4
+    assert not FWD.is_valid_config(fake_ctx(smem=40 * 1024), ODD, good)  # 48 KB
+    assert k_tiles(gemm_shape(ODD), good) == 5  # 2 * 3 * 12 taps, 16 at a time
     assert FWD.is_valid_config(CTX, ODD, {**good, "bk": 16, "split_k": 4})
     assert not FWD.is_valid_config(CTX, ODD, {**good, "bk": 16, "split_k": 6})
 
@@ -275,11 +278,15 @@ def test_backward_weights_program_and_configs():
     assert WRW.is_valid_config(CTX, problem, config)
     assert wrw_blocks(problem, config) * config["split_k"] >= 2 * 132  # the split fills the device
     program = WRW.get_program(CTX, problem, config)
-    names = ["transpose_f32", "transpose_f32", "igemm_wrw_tf32x3", "tf32x3_wrw_sum"]
+    names = ["transpose_f32", "transpose_f32", "igemm_wrw_tf32x3", "tf32x3_wrw_sum", "transpose_f32"]
     assert _names(program) == names
-    gemm, total = program.steps[2:]
+    gemm, total, back = program.steps[2:]
     assert gemm.shared_mem == wrw_smem(config) and gemm.spec.global_size[1] == config["split_k"]
-    assert total.args[2] == Tensor("w") and dict(total.spec.defines)["TX_OUT_NCHW"] == 1
+    assert total.args[2] == Workspace() and back.args[2] == Tensor("w")
+    assert "TX_OUT_NCHW" not in dict(gemm.spec.defines)
+    unsplit = WRW.get_program(CTX, problem, {**config, "split_k": 1})  # the kernel writes K x C x R x S
+    assert _names(unsplit) == names[:3] and unsplit.steps[2].args[4] == Tensor("w")
+    assert dict(unsplit.steps[2].spec.defines)["TX_OUT_NCHW"] == 1
     nhwc = make((32, 128, 28, 28), (128, 128, 3, 3), "W", pads=(1, 1))
     assert _names(WRW.get_program(CTX, nhwc, {**config, "split_k": 1})) == ["igemm_wrw_tf32x3"]
     space = list(WRW.search_space(CTX, nhwc))

@@ -67,15 +67,18 @@ def tile_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: i
     }
 
 
-# default_config's choices: the fastest of 16 configs per layer on the ResNet-50 3x3 layers at
+# default_config's choices: the fastest of 20 configs per layer on the ResNet-50 3x3 layers at
 # batch 32 on an H200 (forward NHWC, 2026-11-22, scripts/bench_tf32x3.py): 128 x 64 blocks of
-# four 64 x 32 warp tiles where the grid fills the device, 64 x 64 blocks (and a split of the
-# reduction) where it does not.
-DEFAULT_WIDE = tile_config(128, 64, 32, 2, 2, 3)  # K > 32
+# four 64 x 32 warp tiles, 16 floats a stage and 4 stages (168 registers, 3 blocks per SM:
+# 157 us on 128x28x28 where 32-float stages took 197 us) where the grid fills the device,
+# 64 x 64 blocks where it does not, and for the 7x7 layer 128 x 128 blocks with the reduction
+# split in 2 (215 us; 64 x 64 split in 3: 238 us).
+DEFAULT_WIDE = tile_config(128, 64, 16, 2, 2, 4)  # K > 32
 DEFAULT_NARROW = tile_config(128, 32, 32, 4, 1, 3)  # K <= 32
-DEFAULT_SMALL_GRID = tile_config(64, 64, 32, 2, 2, 3)  # fewer than 2 blocks per SM
+DEFAULT_SMALL_GRID = tile_config(64, 64, 16, 2, 2, 4)  # fewer than 2 blocks per SM
+DEFAULT_SPLIT = tile_config(128, 128, 32, 2, 4, 3, 2)  # still fewer, K >= 128
 FALLBACKS = (tile_config(64, 32, 16, 2, 1, 3), tile_config(32, 32, 16, 1, 2, 2))  # little shared memory
-PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SMALL_GRID, *FALLBACKS)
+PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SMALL_GRID, DEFAULT_SPLIT, *FALLBACKS)
 SMALL_GRID_PER_CU = 2  # fewer blocks than this per SM: the small-grid default
 SPLIT_GRID_PER_CU = 4  # the small-grid default splits the reduction up to this many blocks per SM
 
@@ -224,16 +227,21 @@ class _Tf32x3Solver(TunableSolver):
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """DEFAULT_NARROW for K <= 32 (output channels of the GEMM), else DEFAULT_WIDE, and where
-        this one's grid has fewer than SMALL_GRID_PER_CU blocks per multiprocessor DEFAULT_SMALL_GRID,
-        and if that one is still short, split over enough slices for SPLIT_GRID_PER_CU blocks
-        per multiprocessor (each slice keeping MIN_SLICE_TILES steps); FALLBACKS where shared
-        memory is short."""
+        this one's grid has fewer than SMALL_GRID_PER_CU blocks per multiprocessor
+        DEFAULT_SMALL_GRID; where that one is still short, DEFAULT_SPLIT for K >= 128 (each
+        slice keeping MIN_SLICE_TILES steps), else DEFAULT_SMALL_GRID split over enough slices
+        for SPLIT_GRID_PER_CU blocks per multiprocessor; FALLBACKS where shared memory is
+        short."""
         shape = gemm_shape(problem)
         want = compute_units(ctx)
         first = DEFAULT_NARROW if shape.k <= 32 else DEFAULT_WIDE
         if first is DEFAULT_WIDE and grid_blocks(shape, first) < SMALL_GRID_PER_CU * want:
             first = dict(DEFAULT_SMALL_GRID)
-            if grid_blocks(shape, first) < SMALL_GRID_PER_CU * want:
+            if grid_blocks(shape, first) >= SMALL_GRID_PER_CU * want:
+                pass
+            elif shape.k >= 128 and k_tiles(shape, DEFAULT_SPLIT) >= 2 * MIN_SLICE_TILES:
+                first = dict(DEFAULT_SPLIT)
+            else:
                 for split in DOMAIN["split_k"]:
                     if k_tiles(shape, first) < split * MIN_SLICE_TILES:
                         break

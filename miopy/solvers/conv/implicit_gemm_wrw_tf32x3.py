@@ -6,7 +6,7 @@ GEMM view: M = K output channels, N = R*S*C filter taps, reduction over the N*Ho
 pixels with x's im2col gathered on the fly; the reduction is long and the output small, so it is
 split over ``split_k`` blocks (fp32 partial filters in the workspace, then a sum kernel). NHWC
 x and dy are read as they lie, NCHW ones are transposed into the workspace first; the kernel (or
-the split's sum) writes dw as it lies, K x R x S x C or K x C x R x S. fp32, groups = 1, C and K
+the split's sum) writes dw as it lies, K x R x S x C or (unsplit) K x C x R x S. fp32, groups = 1, C and K
 multiples of 4, any stride, padding and dilation.
 
 The config: block tile (``bm`` output channels x ``bn`` taps, ``bk`` pixels per pipeline stage),
@@ -194,6 +194,9 @@ class ConvIgemmWrwTf32x3(TunableSolver):
         sizes = {
             "x": 0 if is_nhwc(problem.x) else shape.n * shape.h * shape.w * shape.c,
             "dy": 0 if is_nhwc(problem.y) else shape.rows * shape.k,
+            # an NCHW dw behind a split: summed K x R x S x C here, then transposed (the sum
+            # writing K x C x R x S itself, strided, was 8% slower on the 7x7 layer)
+            "dw": filt if not is_nhwc(problem.w) and config["split_k"] > 1 else 0,
             "part": 0 if config["split_k"] == 1 else config["split_k"] * filt,
         }
         regions, end = {}, 0
@@ -234,8 +237,8 @@ class ConvIgemmWrwTf32x3(TunableSolver):
                 )
             )
         defines = shape.defines(config)
-        if not is_nhwc(problem.w):
-            defines["TX_OUT_NCHW"] = 1  # dw written K x C x R x S by the kernel (or the sum)
+        if not is_nhwc(problem.w) and regions["dw"] < 0:
+            defines["TX_OUT_NCHW"] = 1  # dw written K x C x R x S by the kernel
         local = threads(config)
         split = config["split_k"]
         gemm = KernelSpec(
@@ -246,7 +249,7 @@ class ConvIgemmWrwTf32x3(TunableSolver):
             (local, 1),
         )
         part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
-        out = (Tensor("w"), np.int64(0))
+        out = (Tensor("w"), np.int64(0)) if regions["dw"] < 0 else (Workspace(), np.int64(regions["dw"] // 4))
         steps.append(
             Launch(gemm, (*operand("x"), *operand("dy"), *out, *part), shared_mem=smem_bytes(config))
         )
@@ -254,4 +257,9 @@ class ConvIgemmWrwTf32x3(TunableSolver):
             global_size, local_size = grid_1d(shape.k * shape.taps // 4)
             spec = KernelSpec("igemm_wrw_tf32x3", "tf32x3_wrw_sum", defines, global_size, local_size)
             steps.append(Launch(spec, (*part, *out)))
+        if regions["dw"] >= 0:  # K x (R*S) x C -> K x C x (R*S)
+            rows = shape.r * shape.s
+            steps.append(
+                transpose_launch(Workspace(), regions["dw"] // 4, Tensor("w"), 0, shape.k, rows, shape.c)
+            )
         return Program(tuple(steps), regions["total"], {"precision": "3xtf32"})
