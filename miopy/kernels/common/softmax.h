@@ -349,8 +349,7 @@ KERNEL void softmax_bwd_strided(const GLOBAL data_t* RESTRICT y, const GLOBAL da
 /* *_rows_cpu: the rows kernels for CPU OpenCL devices (PoCL): one work item per contiguous row,
    float8 vectors along it (common/cpu_vec.h) and a scalar tail; the row is read from cache after
    the first pass. Same arguments as *_rows less vec_ok. fp16 and bf16 data take exp as exp2_f8
-   (~1e-7 relative, plenty for their outputs, and cheaper than PoCL's exp: the forward computes
-   it twice there, y cannot hold fp32 exps between the passes). */
+   (~1e-7 relative, plenty for their outputs, and cheaper than PoCL's exp). */
 #if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
 #include "common/cpu_vec.h"
 #if MIOPY_DTYPE == 0
@@ -393,20 +392,13 @@ KERNEL void softmax_fwd_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t*
             STORE(y, base + c, e);
     }
     const float inv = 1.0f / s, lg = m + log(s);
-    if(keep)
+    if(keep) /* fp16 / bf16 y held the exps rounded: one more rounding, far under their tolerance */
     {
-#if MIOPY_DTYPE == 0
         const float scale = alpha * inv;
         for(int c = 0; c < L8; c += 8)
             store_f8(y, base + c, load_f8(y, base + c) * scale);
         for(int c = L8; c < L; ++c)
             STORE(y, base + c, LOAD(y, base + c) * scale);
-#else /* y would hold exp rounded to fp16 / bf16: compute it again */
-        for(int c = 0; c < L8; c += 8)
-            store_f8(y, base + c, alpha * (SMAX_EXP8(load_f8(x, base + c) - m) * inv));
-        for(int c = L8; c < L; ++c)
-            STORE(y, base + c, alpha * (exp(LOAD(x, base + c) - m) * inv));
-#endif
         return;
     }
     for(int c = 0; c < L8; c += 8)
