@@ -312,3 +312,26 @@ def test_reduce_compensated_sums_keep_inf_and_nan(ocl, op):
         np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
         fin = np.isfinite(want)
         np.testing.assert_allclose(y[fin], want[fin], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cpu_shaped", [True, False])
+@pytest.mark.parametrize("mode, lens", [("channel", (2, 40, 3, 1)), ("instance", (3, 5, 2, 4))])
+def test_softmax_rows_starting_with_neg_inf(ocl, monkeypatch, cpu_shaped, mode, lens):
+    """Attention-mask rows whose first values are -inf: every solver gives exp(-inf) = 0 there
+    and the softmax of the rest (the online max starts at -inf, and exp(-inf - -inf) is NaN).
+    cpu_shaped=False runs the kernels CUDA uses (the rows kernel's GPU shape) on OpenCL."""
+    import miopy.solvers.softmax.direct as direct
+
+    if not cpu_shaped:
+        monkeypatch.setattr(direct, "cpu_kernels", lambda ctx: False)
+    rng = np.random.default_rng(21)
+    x = rng.uniform(-5, 5, lens)
+    flat = x.reshape(lens[0], -1) if mode == "instance" else np.moveaxis(x, 1, -1)
+    flat[..., : flat.shape[-1] // 2] = -np.inf  # the first half of every softmax row
+    for direction in ("F",):
+        for algo in ("fast", "accurate"):  # (log softmax is -inf there: not an rms comparison)
+            p = SoftmaxProblem.create(TensorDesc("fp32", lens), direction, algo, mode)
+            bufs = random_buffers(p, rng)
+            bufs["x"] = store_logical(x, p.tensors()["x"])
+            ran = run_all(ocl, p, sref, BASE[p.dtype] * 2, buffers=bufs)
+            assert len(ran) >= 2, ran

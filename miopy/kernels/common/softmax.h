@@ -110,7 +110,9 @@ DEVICE_FN void smax_store(GLOBAL data_t* p, i64 base, int c, int n, int vec_ok, 
             (s) = (s) * F_EXP((m) - v_);                      \
             (m) = v_;                                         \
         }                                                     \
-        (s) += F_EXP(v_ - (m));                               \
+        /* m is -inf only while every value so far is -inf:   \
+           they add 0 (exp(-inf - -inf) would be NaN) */      \
+        (s) += (m) == SMAX_NEG_INF ? 0.0f : F_EXP(v_ - (m));  \
     } while(0)
 
 KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 rows, int L,
@@ -145,9 +147,10 @@ KERNEL void softmax_fwd_rows(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
                 s *= F_EXP(m - cm);
                 m = cm;
             }
-            for(int j = 0; j < VEC; ++j)
-                if(j < n)
-                    s += F_EXP(v[j] - m);
+            if(m != SMAX_NEG_INF) /* a row that starts with -inf values: they add 0, not NaN */
+                for(int j = 0; j < VEC; ++j)
+                    if(j < n)
+                        s += F_EXP(v[j] - m);
         }
         const float mx = smax_team(m, 0, red, tid, lane);
         s = m == mx ? s : s * F_EXP(m - mx);
