@@ -142,10 +142,13 @@ def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> 
     return None
 
 
-def tile_config_ok(ctx, config: Any, domain: dict[str, tuple[int, ...]]) -> bool:
-    """A config of the tensor-core kernels is well formed: exactly ``domain``'s fields with
-    values from it, warp tiles of whole 16 x 16 fragments that fit the registers, 64 to 256
-    threads (no more than the device allows), and tiles every thread copies evenly."""
+def warp_grid_ok(
+    ctx, config: Any, domain: dict[str, tuple[int, ...]], max_warp_outputs: int = MAX_WARP_OUTPUTS
+) -> bool:
+    """A tensor-core config's fields and warp grid are well formed: exactly ``domain``'s fields
+    with int values from it, warp tiles of whole 16 x 16 fragments with at most
+    ``max_warp_outputs`` accumulators, and MIN_THREADS to MAX_THREADS threads (no more than the
+    device allows). The 3xTF32 solvers share this check with their own register budget."""
     if not isinstance(config, dict) or set(config) != set(domain):
         return False
     for key, value in config.items():
@@ -154,13 +157,19 @@ def tile_config_ok(ctx, config: Any, domain: dict[str, tuple[int, ...]]) -> bool
     if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
         return False
     wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
-    if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+    if wm % 16 or wn % 16 or wm * wn > max_warp_outputs:
         return False
-    t = threads(config)
     info = getattr(ctx, "info", None)
     max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
-    if not MIN_THREADS <= t <= max_threads:
+    return MIN_THREADS <= threads(config) <= max_threads
+
+
+def tile_config_ok(ctx, config: Any, domain: dict[str, tuple[int, ...]]) -> bool:
+    """A config of the fp16 / bf16 tensor-core kernels is well formed: warp_grid_ok, and tiles
+    every thread copies evenly in 8-element chunks."""
+    if not warp_grid_ok(ctx, config, domain):
         return False
+    t = threads(config)
     chunks = config["bk"] // 8
     return (config["bm"] * chunks) % t == 0 and (config["bn"] * chunks) % t == 0
 

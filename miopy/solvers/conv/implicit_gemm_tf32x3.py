@@ -34,7 +34,14 @@ from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
 from miopy.solvers.base import TunableSolver
-from miopy.solvers.conv.igemm_common import compute_units, is_nhwc, smem_limit
+from miopy.solvers.conv.igemm_common import (
+    INT32_MAX,
+    compute_units,
+    is_nhwc,
+    smem_limit,
+    threads,
+    warp_grid_ok,
+)
 from miopy.tensor import DataType, packed_strides
 
 DOMAIN: dict[str, tuple[int, ...]] = {
@@ -48,8 +55,6 @@ DOMAIN: dict[str, tuple[int, ...]] = {
 }
 FIELDS = tuple(DOMAIN)
 MAX_WARP_OUTPUTS = 64 * 32  # fp32 accumulators per warp (64 per thread; 64 x 64 tiles spill)
-MIN_THREADS, MAX_THREADS = 64, 256
-INT32_MAX = 2**31 - 1
 ALIGN = 256  # bytes: where each workspace region starts
 SUM_THREADS = 256  # the work-group of the split-K sum
 MIN_SLICE_TILES = 8  # pipeline steps of each slice of a split reduction, at least (search space)
@@ -81,10 +86,6 @@ FALLBACKS = (tile_config(64, 32, 16, 2, 1, 3), tile_config(32, 32, 16, 1, 2, 2))
 PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SMALL_GRID, DEFAULT_SPLIT, *FALLBACKS)
 SMALL_GRID_PER_CU = 2  # fewer blocks than this per SM: the small-grid default
 SPLIT_GRID_PER_CU = 4  # the small-grid default splits the reduction up to this many blocks per SM
-
-
-def threads(config: dict[str, int]) -> int:
-    return config["warps_m"] * config["warps_n"] * 32
 
 
 def smem_bytes(config: dict[str, int]) -> int:
@@ -163,12 +164,41 @@ def grid_1d(items: int, local: int = SUM_THREADS) -> tuple[tuple[int], tuple[int
     return (-(-items // local) * local,), (local,)
 
 
-class _Tf32x3Solver(TunableSolver):
+def workspace_regions(sizes: dict[str, int]) -> dict[str, int]:
+    """Byte offsets of workspace regions of ``sizes`` fp32 elements each, in order, each
+    starting ALIGN-aligned (-1 for an empty region), and their ``total``."""
+    regions, end = {}, 0
+    for name, elements in sizes.items():
+        regions[name] = end if elements else -1
+        end += align(elements * 4)
+    regions["total"] = end
+    return regions
+
+
+def tf32x3_candidates(
+    domain: dict[str, tuple[int, ...]], cap_n: int | None = None
+) -> Iterator[dict[str, int]]:
+    """Every config of ``domain`` (in its field order) with ``bn`` <= ``cap_n`` (where given),
+    less tiles of 64 x 64 and up on fewer than 128 threads (search spaces start here)."""
+    fields = tuple(domain)
+    for values in itertools.product(*(domain[f] for f in fields)):
+        config = dict(zip(fields, values))
+        if cap_n is not None and config["bn"] > cap_n:
+            continue
+        if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
+            continue
+        yield config
+
+
+class Tf32x3Solver(TunableSolver):
+    """What the three 3xTF32 solvers share: applicability (CUDA, 2-D, fp32, groups = 1, packed
+    NHWC or NCHW tensors, C and K multiples of 4; backward data also stride 1 and padding within
+    the flipped filter), the config's warp-grid check, the workspace (a subclass's ``_layout``)
+    and the check of a config given to get_program."""
+
     algorithm = "implicit_gemm"
     max_elements = INT32_MAX
     direction: ClassVar[Direction]
-    reads: ClassVar[tuple[str, str]]  # (activation read, filter)
-    writes: ClassVar[str]
 
     # ---- applicability ---------------------------------------------------------------------------
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
@@ -197,27 +227,39 @@ class _Tf32x3Solver(TunableSolver):
                 return "padding larger than dilation * (filter - 1)"
         return None
 
+    def warp_grid_ok(self, ctx, config: Any, domain: dict[str, tuple[int, ...]]) -> bool:
+        """igemm_common.warp_grid_ok with the 3xTF32 kernels' register budget (MAX_WARP_OUTPUTS)."""
+        return warp_grid_ok(ctx, config, domain, MAX_WARP_OUTPUTS)
+
+    def checked_config(self, ctx, problem: ConvProblem, config: dict[str, Any] | None) -> dict[str, Any]:
+        """``config``, or the default where None; BadParm where it is not valid for ``problem``."""
+        if config is None:
+            return self.default_config(ctx, problem)
+        if not self.is_valid_config(ctx, problem, config):
+            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        return config
+
+    # ---- program ---------------------------------------------------------------------------------
+    def _layout(self, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
+        raise NotImplementedError
+
+    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
+        return self._layout(problem, config or self.default_config(ctx, problem))["total"]
+
+
+class _Tf32x3Solver(Tf32x3Solver):
+    """Forward and backward data on kernels/cuda/igemm_fwd_tf32x3.cu."""
+
+    reads: ClassVar[tuple[str, str]]  # (activation read, filter)
+    writes: ClassVar[str]
+
     # ---- configs ---------------------------------------------------------------------------------
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        """Exactly DOMAIN's fields with values from it, warp tiles of whole 16 x 16 fragments
-        with at most MAX_WARP_OUTPUTS accumulators, 64 to 256 threads (no more than the device
-        allows), tiles every thread copies evenly, shared memory within the device's limit and
-        no more slices of the reduction than it has pipeline steps."""
-        if not isinstance(config, dict) or set(config) != set(DOMAIN):
-            return False
-        for key, value in config.items():
-            if type(value) is not int or value not in DOMAIN[key]:
-                return False
-        if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
-            return False
-        wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
-        if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+        """warp_grid_ok over DOMAIN, tiles every thread copies evenly, shared memory within the
+        device's limit and no more slices of the reduction than it has pipeline steps."""
+        if not self.warp_grid_ok(ctx, config, DOMAIN):
             return False
         t = threads(config)
-        info = getattr(ctx, "info", None)
-        max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
-        if not MIN_THREADS <= t <= max_threads:
-            return False
         chunks = config["bk"] // 4
         if (config["bm"] * chunks) % t or (config["bn"] * chunks) % t:
             return False
@@ -262,7 +304,7 @@ class _Tf32x3Solver(TunableSolver):
         cap_n = max(32, 1 << (shape.k - 1).bit_length())
         cus = compute_units(ctx)
         out = []
-        for config in _candidates(cap_n):
+        for config in tf32x3_candidates(DOMAIN, cap_n):
             split = config["split_k"]
             if split > 1 and (
                 grid_blocks(shape, config) >= 2 * cus or k_tiles(shape, config) < split * MIN_SLICE_TILES
@@ -278,29 +320,18 @@ class _Tf32x3Solver(TunableSolver):
         packed filter and the split's partial sums (an NCHW output is written by the kernel)."""
         shape = gemm_shape(problem)
         act, _ = self.reads
-        regions, end = {}, 0
         sizes = {
             "in": 0 if is_nhwc(getattr(problem, act)) else shape.n * shape.h * shape.w * shape.c,
             "filter": 0 if self._filter_as_is(problem) else shape.k * shape.taps,
             "part": 0 if config["split_k"] == 1 else config["split_k"] * shape.rows * shape.k,
         }
-        for name, elements in sizes.items():
-            regions[name] = end if elements else -1
-            end += align(elements * 4)
-        regions["total"] = end
-        return regions
+        return workspace_regions(sizes)
 
     def _filter_as_is(self, problem: ConvProblem) -> bool:
         return self.direction is Direction.FORWARD and is_nhwc(problem.w)
 
-    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
-        return self._layout(problem, config or self.default_config(ctx, problem))["total"]
-
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
-        if config is None:
-            config = self.default_config(ctx, problem)
-        elif not self.is_valid_config(ctx, problem, config):
-            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        config = self.checked_config(ctx, problem, config)
         shape = gemm_shape(problem)
         regions = self._layout(problem, config)
         act, _ = self.reads
@@ -368,16 +399,6 @@ def transpose_launch(src, src_off: int, dst, dst_off: int, batches: int, rows: i
     spec = KernelSpec("layout_f32", "transpose_f32", {"MIOPY_DTYPE": 0}, global_size, (32, 8, 1))
     args = (src, np.int64(src_off), dst, np.int64(dst_off), np.int32(rows), np.int32(cols))
     return Launch(spec, args)
-
-
-def _candidates(cap_n: int) -> Iterator[dict[str, int]]:
-    for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
-        config = dict(zip(FIELDS, values))
-        if config["bn"] > cap_n:
-            continue
-        if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
-            continue
-        yield config
 
 
 class ConvIgemmFwdTf32x3(_Tf32x3Solver):

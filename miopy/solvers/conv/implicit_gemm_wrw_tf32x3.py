@@ -14,30 +14,23 @@ warp grid, pipeline stages, and the split of the reduction."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from miopy.errors import bad
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
-from miopy.solvers.base import TunableSolver
-from miopy.solvers.conv.igemm_common import compute_units, is_nhwc, smem_limit
+from miopy.solvers.conv.igemm_common import compute_units, is_nhwc, smem_limit, threads
 from miopy.solvers.conv.implicit_gemm_tf32x3 import (
-    INT32_MAX,
-    MAX_THREADS,
-    MAX_WARP_OUTPUTS,
-    MIN_THREADS,
-    align,
+    Tf32x3Solver,
     gemm_shape,
     grid_1d,
-    packed_as,
-    threads,
+    tf32x3_candidates,
+    tile_config,
     transpose_launch,
+    workspace_regions,
 )
-from miopy.tensor import DataType
 
 DOMAIN: dict[str, tuple[int, ...]] = {
     "bm": (32, 64, 128, 256),  # output channels per block
@@ -48,29 +41,16 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "stages": (2, 3, 4, 5),
     "split_k": (1, 2, 4, 8, 16, 32, 64),  # blocks sharing the reduction
 }
-FIELDS = tuple(DOMAIN)
 MIN_SLICE_TILES = 16  # pipeline steps of a slice of the reduction, at least (default, search space)
 BLOCKS_PER_CU = 4  # the default splits the reduction until the grid has this many blocks per SM
-
-
-def wrw_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: int, split_k: int = 1) -> dict:
-    return {
-        "bm": bm,
-        "bn": bn,
-        "bk": bk,
-        "warps_m": warps_m,
-        "warps_n": warps_n,
-        "stages": stages,
-        "split_k": split_k,
-    }
 
 
 # default_config's tiles: the fastest of 8 per layer on the ResNet-50 3x3 layers at batch 32 on an
 # H200 (NHWC, 2026-11-22, scripts/bench_tf32x3.py), each best with the reduction split over
 # about 4 blocks per SM.
-DEFAULT_WIDE = wrw_config(128, 64, 32, 2, 2, 3)  # K > 64 (split chosen per problem)
-DEFAULT_NARROW = wrw_config(64, 64, 32, 2, 2, 4)  # K <= 64
-FALLBACKS = (wrw_config(32, 64, 16, 1, 2, 2),)  # little shared memory
+DEFAULT_WIDE = tile_config(128, 64, 32, 2, 2, 3)  # K > 64 (split chosen per problem)
+DEFAULT_NARROW = tile_config(64, 64, 32, 2, 2, 4)  # K <= 64
+FALLBACKS = (tile_config(32, 64, 16, 1, 2, 2),)  # little shared memory
 
 
 def smem_bytes(config: dict[str, int]) -> int:
@@ -89,54 +69,19 @@ def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
     return -(-k // config["bm"]) * -(-(r * s * c) // config["bn"])
 
 
-class ConvIgemmWrwTf32x3(TunableSolver):
+class ConvIgemmWrwTf32x3(Tf32x3Solver):
     name = "ConvIgemmWrwTf32x3"
     id = 222  # no MIOpen counterpart; outside the range of its solver ids
-    algorithm = "implicit_gemm"
-    max_elements = INT32_MAX
-
-    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        backend = getattr(ctx, "backend_name", None)
-        if backend != "cuda":
-            return f"backend is {backend}, not cuda"
-        if problem.direction is not Direction.BACKWARD_WEIGHTS:
-            return f"direction is {problem.direction.name}"
-        if problem.spatial_dims != 2:
-            return "3-d convolution"
-        if problem.dtype is not DataType.FP32:
-            return f"dtype is {problem.dtype.value}, not FP32"
-        if problem.conv.groups != 1:
-            return f"groups={problem.conv.groups}"
-        for role in ("x", "y", "w"):
-            desc = getattr(problem, role)
-            if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
-                return f"{role} is neither packed NHWC nor packed NCHW"
-        c, k = problem.x.lens[1], problem.w.lens[0]
-        if c % 4 or k % 4:
-            return f"C={c} and K={k} must be multiples of 4"
-        return None
+    direction = Direction.BACKWARD_WEIGHTS
 
     # ---- configs ---------------------------------------------------------------------------------
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        """DOMAIN's fields with values from it, whole 16 x 16 warp fragments with at most
-        MAX_WARP_OUTPUTS accumulators, 64 to 256 threads, rows of each tile copied evenly with a
-        fixed column per thread, shared memory within the device's limit, and no more slices of
-        the reduction than it has pipeline steps."""
-        if not isinstance(config, dict) or set(config) != set(DOMAIN):
-            return False
-        for key, value in config.items():
-            if type(value) is not int or value not in DOMAIN[key]:
-                return False
-        if config["bm"] % config["warps_m"] or config["bn"] % config["warps_n"]:
-            return False
-        wm, wn = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
-        if wm % 16 or wn % 16 or wm * wn > MAX_WARP_OUTPUTS:
+        """warp_grid_ok over DOMAIN, rows of each tile copied evenly with a fixed column per
+        thread, shared memory within the device's limit, and no more slices of the reduction
+        than it has pipeline steps."""
+        if not self.warp_grid_ok(ctx, config, DOMAIN):
             return False
         t = threads(config)
-        info = getattr(ctx, "info", None)
-        max_threads = MAX_THREADS if info is None else min(MAX_THREADS, info.max_work_group_size)
-        if not MIN_THREADS <= t <= max_threads:
-            return False
         for cols in (config["bm"] // 4, config["bn"] // 4):
             if t % cols or (config["bk"] * cols) % t:
                 return False
@@ -172,10 +117,7 @@ class ConvIgemmWrwTf32x3(TunableSolver):
         with splits from none up to twice the default's rule (slices of MIN_SLICE_TILES steps
         at least)."""
         out = []
-        for values in itertools.product(*(DOMAIN[f] for f in FIELDS)):
-            config = dict(zip(FIELDS, values))
-            if threads(config) < 128 and config["bm"] * config["bn"] >= 64 * 64:
-                continue
+        for config in tf32x3_candidates(DOMAIN):
             split = config["split_k"]
             if split > 1 and (
                 split > 2 * self._split_for(ctx, problem, config)
@@ -199,21 +141,10 @@ class ConvIgemmWrwTf32x3(TunableSolver):
             "dw": filt if not is_nhwc(problem.w) and config["split_k"] > 1 else 0,
             "part": 0 if config["split_k"] == 1 else config["split_k"] * filt,
         }
-        regions, end = {}, 0
-        for name, elements in sizes.items():
-            regions[name] = end if elements else -1
-            end += align(elements * 4)
-        regions["total"] = end
-        return regions
-
-    def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:
-        return self._layout(problem, config or self.default_config(ctx, problem))["total"]
+        return workspace_regions(sizes)
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
-        if config is None:
-            config = self.default_config(ctx, problem)
-        elif not self.is_valid_config(ctx, problem, config):
-            raise bad("config", config, f"not a valid {self.name} config for {problem.key()}")
+        config = self.checked_config(ctx, problem, config)
         shape = gemm_shape(problem)
         regions = self._layout(problem, config)
         roles = {"x": "x", "dy": "y"}
