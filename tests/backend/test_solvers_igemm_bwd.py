@@ -150,7 +150,7 @@ def test_is_valid_config_rejects_garbage(direction):
     solver, problem = SOLVERS[direction], ODD[direction]
     good = solver.default_config(CTX, problem)
     assert solver.is_valid_config(CTX, problem, good)
-    domain = bwd.DOMAIN if direction == "B" else wrw.DOMAIN
+    domain = solver.domain
     bad_values = [None, [], "bm=128", {}, {**good, "extra": 1}, {k: v for k, v in good.items() if k != "bk"}]
     for field in FIELDS:
         bad_values += [

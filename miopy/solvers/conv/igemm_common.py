@@ -42,6 +42,7 @@ SPLIT_BLOCKS_PER_CU = 4  # a small grid's default cluster split aims at no more 
 # the largest split a default takes: on the H200 a cluster of 2 won on the 7x7 and 14x14 ResNet
 # layers, 3 and 4 lost to it by 10-40% (2026-11-22, scripts/tune_igemm_db.py --log)
 MAX_DEFAULT_SPLIT = 2
+SEARCH_SPLIT_BLOCKS_PER_CU = 4  # a search space's splits keep to this many blocks per SM
 MAX_CLUSTER = 8  # the most blocks of a portable thread-block cluster (sm_90)
 CLUSTER_ARCH = 90  # thread-block clusters and distributed shared memory from sm_90 on
 
@@ -114,10 +115,9 @@ def compute_units(ctx) -> int:
     return 132 if info is None else max(1, info.compute_units)
 
 
-def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
-    """Why the tensor-core implicit-GEMM kernels cannot take ``problem`` in ``direction`` (None
-    when they can): CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC tensors, C and K multiples
-    of 8, every tensor under 2^31 elements (the kernels index with int32)."""
+def cuda_2d_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+    """Why a CUDA-only 2-D solver of ``direction`` cannot take ``problem`` (None when it can):
+    the first checks of every implicit-GEMM solver's applicability."""
     backend = getattr(ctx, "backend_name", None)
     if backend != "cuda":
         return f"backend is {backend}, not cuda"
@@ -125,13 +125,31 @@ def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> 
         return f"direction is {problem.direction.name}"
     if problem.spatial_dims != 2:
         return "3-d convolution"
+    return None
+
+
+def not_nhwc_reason(problem: ConvProblem) -> str | None:
+    """Which of x, w, y (first in that order) is not packed NHWC; None when all are."""
+    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
+        if not is_nhwc(desc):
+            return f"{role} is not packed NHWC"
+    return None
+
+
+def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+    """Why the tensor-core implicit-GEMM kernels cannot take ``problem`` in ``direction`` (None
+    when they can): CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC tensors, C and K multiples
+    of 8, every tensor under 2^31 elements (the kernels index with int32)."""
+    why = cuda_2d_reason(ctx, problem, direction)
+    if why:
+        return why
     if problem.dtype not in (DataType.FP16, DataType.BF16):
         return f"dtype is {problem.dtype.value}, not FP16 or BF16"
     if problem.conv.groups != 1:
         return f"groups={problem.conv.groups}"
-    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
-        if not is_nhwc(desc):
-            return f"{role} is not packed NHWC"
+    why = not_nhwc_reason(problem)
+    if why:
+        return why
     c = problem.x.lens[1]
     k = problem.w.lens[0]
     if c % 8 or k % 8:
@@ -373,6 +391,36 @@ class IgemmSolver(TunableSolver):
             ):
                 best = split
         return best
+
+    def small_grid_search_space(
+        self,
+        ctx,
+        problem: ConvProblem,
+        width: int,
+        grid_blocks: Callable[[ConvProblem, dict], int],
+    ) -> list[dict[str, Any]]:
+        """Valid configs of the curated block shapes and pipelines (TUNE_TILES, TUNE_PIPES) no
+        wider than the next power of two of the GEMM's columns ``width`` (at least 32); each
+        also split where the unsplit grid has fewer than SMALL_GRID_PER_CU blocks per
+        multiprocessor, into at most SEARCH_SPLIT_BLOCKS_PER_CU per multiprocessor, each slice
+        keeping MIN_SLICE_TILES pipeline steps. The default config where none is valid."""
+        cus = compute_units(ctx)
+
+        def splits(config: dict[str, int]) -> Iterator[int]:
+            yield 1
+            blocks = grid_blocks(problem, {**config, "split_k": 1})
+            if blocks >= SMALL_GRID_PER_CU * cus:
+                return
+            for split in self.domain["split_k"][1:]:
+                if (
+                    blocks * split <= SEARCH_SPLIT_BLOCKS_PER_CU * cus
+                    and self.reduction_tiles(problem, config) >= split * MIN_SLICE_TILES
+                ):
+                    yield split
+
+        candidates = with_splits(tile_candidates(self.domain, cap_n=pow2_cap(width)), splits)
+        out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
+        return out or [self.default_config(ctx, problem)]
 
     # ---- program ---------------------------------------------------------------------------------
     def workspace_size(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> int:

@@ -28,7 +28,12 @@ from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import TunableSolver
 from miopy.solvers.conv.common import grid_for
-from miopy.solvers.conv.igemm_common import IgemmSolver, is_nhwc, nhwc_tensor_core_reason
+from miopy.solvers.conv.igemm_common import (
+    IgemmSolver,
+    cuda_2d_reason,
+    nhwc_tensor_core_reason,
+    not_nhwc_reason,
+)
 from miopy.tensor import DataType, TensorDesc
 
 ALIGN = 256  # bytes between the workspace's parts
@@ -54,22 +59,15 @@ def padding_reason(ctx, problem: ConvProblem, direction: Direction) -> str | Non
     """Why the padded solvers cannot take ``problem`` (None when they can): as the tensor-core
     solvers (CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC, under 2^31 elements padded), and
     C or K must not be a multiple of 8 (those problems run unpadded)."""
-    backend = getattr(ctx, "backend_name", None)
-    if backend != "cuda":
-        return f"backend is {backend}, not cuda"
-    if problem.direction is not direction:
-        return f"direction is {problem.direction.name}"
-    if problem.spatial_dims != 2:
-        return "3-d convolution"
+    why = cuda_2d_reason(ctx, problem, direction)
+    if why:
+        return why
     if problem.conv.groups != 1:
         return f"groups={problem.conv.groups}"
     c, k = problem.x.lens[1], problem.w.lens[0]
     if c % CHANNEL_STEP == 0 and k % CHANNEL_STEP == 0:
         return f"C={c} and K={k} are multiples of 8: nothing to pad"
-    for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
-        if not is_nhwc(desc):
-            return f"{role} is not packed NHWC"
-    return nhwc_tensor_core_reason(ctx, padded_problem(problem), direction)
+    return not_nhwc_reason(problem) or nhwc_tensor_core_reason(ctx, padded_problem(problem), direction)
 
 
 def role_geometry(problem: ConvProblem, role: str) -> tuple[int, int, int]:

@@ -17,18 +17,11 @@ from typing import Any
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
-    DOMAIN,
-    MIN_SLICE_TILES,
-    SMALL_GRID_PER_CU,
     IgemmSolver,
-    compute_units,
     gemm_specs,
-    pow2_cap,
     shape_defines,
     split_workspace_bytes,
-    tile_candidates,
     tile_smem_bytes,
-    with_splits,
 )
 from miopy.solvers.conv.igemm_common import tile_config as _cfg
 
@@ -108,21 +101,8 @@ class ConvIgemmFwdNhwc(IgemmSolver):
         return self.small_grid_default(ctx, problem, chain, DEFAULT_TINY_GRID, k, grid_blocks)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
-        """Valid configs of the curated block shapes and pipelines (igemm_common.TUNE_TILES,
-        TUNE_PIPES) no wider than the next power of two of K (at least 32); each also split
-        where the unsplit grid has fewer than 2 blocks per multiprocessor, into at most 4 blocks
-        per multiprocessor, each slice keeping MIN_SLICE_TILES pipeline steps."""
-        cus = compute_units(ctx)
-
-        def splits(config: dict[str, int]):
-            yield 1
-            blocks = grid_blocks(problem, config)
-            if blocks >= SMALL_GRID_PER_CU * cus:
-                return
-            for split in DOMAIN["split_k"][1:]:
-                if blocks * split <= 4 * cus and k_tiles(problem, config) >= split * MIN_SLICE_TILES:
-                    yield split
-
-        candidates = with_splits(tile_candidates(DOMAIN, cap_n=pow2_cap(problem.w.lens[0])), splits)
-        out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
-        return out or [self.default_config(ctx, problem)]
+        """IgemmSolver.small_grid_search_space with the GEMM's columns K: the curated block
+        shapes no wider than the next power of two of K (at least 32), each also split where the
+        unsplit grid has fewer than 2 blocks per multiprocessor, into at most 4 blocks per
+        multiprocessor, each slice keeping MIN_SLICE_TILES pipeline steps."""
+        return self.small_grid_search_space(ctx, problem, problem.w.lens[0], grid_blocks)

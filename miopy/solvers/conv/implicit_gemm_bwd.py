@@ -21,18 +21,11 @@ from typing import Any
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
-    DOMAIN,
-    MIN_SLICE_TILES,
-    SMALL_GRID_PER_CU,
     IgemmSolver,
-    compute_units,
     gemm_specs,
-    pow2_cap,
     shape_defines,
     split_workspace_bytes,
-    tile_candidates,
     tile_smem_bytes,
-    with_splits,
 )
 from miopy.solvers.conv.igemm_common import tile_config as _cfg
 from miopy.solvers.conv.implicit_gemm import (
@@ -132,17 +125,4 @@ class ConvIgemmBwdNhwc(IgemmSolver):
         """As ConvIgemmFwdNhwc's: the curated shapes no wider than the next power of two of C
         (at least 32), each also split where the unsplit grid has fewer than 2 blocks per
         multiprocessor, into at most 4 per multiprocessor, slices keeping MIN_SLICE_TILES steps."""
-        cus = compute_units(ctx)
-
-        def splits(config: dict[str, int]):
-            yield 1
-            blocks = grid_blocks(problem, {**config, "split_k": 1})
-            if blocks >= SMALL_GRID_PER_CU * cus:
-                return
-            for split in DOMAIN["split_k"][1:]:
-                if blocks * split <= 4 * cus and max_k_tiles(problem, config) >= split * MIN_SLICE_TILES:
-                    yield split
-
-        candidates = with_splits(tile_candidates(DOMAIN, cap_n=pow2_cap(problem.x.lens[1])), splits)
-        out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
-        return out or [self.default_config(ctx, problem)]
+        return self.small_grid_search_space(ctx, problem, problem.x.lens[1], grid_blocks)

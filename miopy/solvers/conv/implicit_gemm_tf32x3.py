@@ -37,6 +37,7 @@ from miopy.solvers.base import TunableSolver
 from miopy.solvers.conv.igemm_common import (
     INT32_MAX,
     compute_units,
+    cuda_2d_reason,
     is_nhwc,
     smem_limit,
     threads,
@@ -202,13 +203,9 @@ class Tf32x3Solver(TunableSolver):
 
     # ---- applicability ---------------------------------------------------------------------------
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        backend = getattr(ctx, "backend_name", None)
-        if backend != "cuda":
-            return f"backend is {backend}, not cuda"
-        if problem.direction is not self.direction:
-            return f"direction is {problem.direction.name}"
-        if problem.spatial_dims != 2:
-            return "3-d convolution"
+        why = cuda_2d_reason(ctx, problem, self.direction)
+        if why:
+            return why
         if problem.dtype is not DataType.FP32:
             return f"dtype is {problem.dtype.value}, not FP32"
         if problem.conv.groups != 1:
