@@ -29,6 +29,15 @@ def _fwd_buffers(problem: LRNProblem) -> tuple:
     return (Tensor("x"), Tensor("y"), Tensor("scale" if problem.save_scale else "y"))
 
 
+def _fwd_tail(problem: LRNProblem) -> tuple:
+    """The forward kernels' last arguments: alpha, beta, k and whether to save the scale."""
+    p = problem
+    return (np.float32(p.alpha), np.float32(p.beta), np.float32(p.k), np.int32(p.save_scale))
+
+
+BWD_ROLES = ("x", "y", "dy", "scale", "dx")  # the backward kernels' tensors, in argument order
+
+
 PLANE_RUN = 64  # pixels of a plane per work item (lrn_*_planes_cpu)
 
 
@@ -57,11 +66,9 @@ def cpu_program(ctx, problem: LRNProblem) -> Program | None:
     spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, *cpu_grid(work))
     shape = (np.int32(n), np.int32(c), np.int64(h * w), np.int64(sn), np.int64(inner), np.int32(p.n))
     if forward:
-        tail = (np.float32(p.alpha), np.float32(p.beta), np.float32(p.k), np.int32(p.save_scale))
-        args = (*_fwd_buffers(p), *shape, *tail)
+        args = (*_fwd_buffers(p), *shape, *_fwd_tail(p))
     else:
-        roles = ("x", "y", "dy", "scale", "dx")
-        args = (*(Tensor(r) for r in roles), *shape, np.float32(p.alpha), np.float32(p.beta))
+        args = (*(Tensor(r) for r in BWD_ROLES), *shape, np.float32(p.alpha), np.float32(p.beta))
     if layout == "planes":
         args = (*args, np.int32(run))
     return Program((Launch(spec, args),))
@@ -98,17 +105,13 @@ class LrnDirect(_Lrn):
                 *_strides(p, "x", "y"),
                 cross,
                 np.int32(p.n),
-                np.float32(p.alpha),
-                np.float32(p.beta),
-                np.float32(p.k),
-                np.int32(p.save_scale),
+                *_fwd_tail(p),
             )
         else:
-            roles = ("x", "y", "dy", "scale", "dx")
             args = (
-                *(Tensor(r) for r in roles),
+                *(Tensor(r) for r in BWD_ROLES),
                 *_shape(p),
-                *_strides(p, *roles),
+                *_strides(p, *BWD_ROLES),
                 cross,
                 np.int32(p.n),
                 np.float32(p.alpha),
@@ -142,10 +145,7 @@ class LrnCrossSlide(_Lrn):
             *_shape(p),
             *_strides(p, "x", "y"),
             np.int32(p.n),
-            np.float32(p.alpha),
-            np.float32(p.beta),
-            np.float32(p.k),
-            np.int32(p.save_scale),
+            *_fwd_tail(p),
         )
         return Program((Launch(spec, args),))
 
@@ -178,10 +178,8 @@ class LrnCrossRing(_Lrn):
         defines = {"MIOPY_DTYPE": p.dtype.code, "LRN_SIZE": int(p.n)}
         spec = KernelSpec("lrn", kernel, defines, global_size, local_size)
         if forward:
-            args = (*_fwd_buffers(p), *_shape(p), *_strides(p, "x", "y"), np.float32(p.alpha))
-            args += (np.float32(p.beta), np.float32(p.k), np.int32(p.save_scale))
+            args = (*_fwd_buffers(p), *_shape(p), *_strides(p, "x", "y"), *_fwd_tail(p))
         else:
-            roles = ("x", "y", "dy", "scale", "dx")
-            args = (*(Tensor(r) for r in roles), *_shape(p), *_strides(p, *roles))
+            args = (*(Tensor(r) for r in BWD_ROLES), *_shape(p), *_strides(p, *BWD_ROLES))
             args += (np.float32(p.alpha), np.float32(p.beta))
         return Program((Launch(spec, args),))

@@ -234,6 +234,11 @@ class ReduceColumns(_Reduce):
         return Program(steps, workspace=self.workspace_size(ctx, problem))
 
 
+def _fp64_reason(problem: ReduceProblem) -> str | None:
+    """Why the vector kernels cannot take ``problem``'s data type (None when they can)."""
+    return "fp64 data" if problem.dtype is DataType.FP64 else None
+
+
 def _vec(problem: ReduceProblem) -> int:
     """Elements per 16-byte vector, or 0 for fp64 data (the vector kernels take fp32 / fp16 /
     bf16)."""
@@ -250,12 +255,10 @@ class ReduceRowsVec(ReduceRows):
     VECTORS_PER_ITEM = 8
 
     def is_applicable(self, ctx, problem) -> str | None:
-        why = super().is_applicable(ctx, problem)
+        why = super().is_applicable(ctx, problem) or _fp64_reason(problem)
         if why:
             return why
         vec = _vec(problem)
-        if not vec:
-            return "fp64 data"
         keep = [a for a in range(len(problem.x.lens)) if a not in problem.dims]
         if rows_length(problem) % vec or any(problem.x.strides[a] % vec for a in keep):
             return f"the runs or the kept strides are not multiples of {vec} elements"
@@ -286,12 +289,10 @@ class ReduceColumnsVec(ReduceColumns):
     ITEMS_PER_CU = 512  # partial work items per compute unit (each loads 32 values ahead)
 
     def is_applicable(self, ctx, problem) -> str | None:
-        why = super().is_applicable(ctx, problem)
+        why = super().is_applicable(ctx, problem) or _fp64_reason(problem)
         if why:
             return why
         vec = _vec(problem)
-        if not vec:
-            return "fp64 data"
         if cols_shape(problem)[1] % vec:
             return f"the kept elements are not a multiple of {vec}"
         return None
@@ -303,10 +304,6 @@ class ReduceColumnsVec(ReduceColumns):
         chunk = -(-rows // chunks)
         chunks = -(-rows // chunk)
         return rows, cols, chunk, chunks * cols * 4
-
-    def workspace_size(self, ctx, problem) -> int:
-        rows, cols, chunk, values = self._split(ctx, problem)
-        return values + -(-rows // chunk) * cols * 4
 
     def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
         rows, cols, chunk, values = self._split(ctx, problem)
