@@ -41,6 +41,61 @@ def check(handle, solution, rng: np.random.Generator | None = None) -> float:
     return err
 
 
+def config_spread(solver, ctx, problem: ConvProblem, rng: np.random.Generator) -> list[dict]:
+    """The default config of ``problem``, the first and last of its search space and two more
+    from it at random: the configs a build test compiles."""
+    space = list(solver.search_space(ctx, problem))
+    picks = [solver.default_config(ctx, problem), space[0], space[-1]]
+    return picks + [space[i] for i in rng.choice(len(space), 2, replace=False)]
+
+
+def assert_builds_for_sm90(
+    solver, ctx, problem: ConvProblem, configs, file: str, kernel: str | None = None
+) -> None:
+    """NVRTC builds for sm_90 the ``kernel`` launch (default: named as ``file``) of
+    kernels/cuda/``file``.cu in ``solver``'s program of ``problem`` for each of ``configs``."""
+    from miopy.backends.base import KERNEL_ROOT
+    from miopy.backends.cuda import compile_cubin
+
+    kernel = kernel or file
+    source = (KERNEL_ROOT / "cuda" / f"{file}.cu").read_text()
+    for config in configs:
+        spec = next(s for s in solver.get_program(ctx, problem, config).kernels if s.name == kernel)
+        cubin = compile_cubin(source, f"{file}.cu", spec.options(), arch="sm_90")
+        assert cubin[:4] == b"\x7fELF" and kernel.encode() in cubin, config
+
+
+def random_nhwc_problem(
+    rng: np.random.Generator,
+    dtype: str,
+    direction: str,
+    channels,
+    batch: int = 5,
+    filter_size: int = 6,
+    pad: int = 3,
+) -> ConvProblem:
+    """A random 2-D packed NHWC problem for the tensor-core solvers: C and K from
+    ``channels(rng)`` (drawn again where it gives None), batch 1 to ``batch`` - 1, image sides
+    1 to 19, filter sides 1 to ``filter_size`` - 1, padding 0 to ``pad`` - 1, strides 1 to 3,
+    dilations 1 to 2; drawn again where the filter does not fit."""
+    while True:
+        drawn = channels(rng)
+        if drawn is None:
+            continue
+        c, k = drawn
+        try:
+            x = TensorDesc(dtype, (int(rng.integers(1, batch)), c, *rng.integers(1, 20, 2)), layout="NHWC")
+            w = TensorDesc(dtype, (k, c, *rng.integers(1, filter_size, 2)), layout="NHWC")
+            conv = ConvDesc(
+                pads=tuple(rng.integers(0, pad, 2)),
+                strides=tuple(rng.integers(1, 4, 2)),
+                dilations=tuple(rng.integers(1, 3, 2)),
+            )
+            return ConvProblem.create(x, w, conv, direction, y_layout="NHWC")
+        except ValueError:
+            continue
+
+
 def check_solver(handle, solver, problem: ConvProblem, rng: np.random.Generator, config=None) -> float:
     """``check`` of ``solver`` (applicable to the problem's conv view) with ``config`` (default:
     the solver's default config for that view)."""

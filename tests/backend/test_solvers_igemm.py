@@ -269,19 +269,10 @@ def test_cluster_split_geometry():
 @support.needs_nvrtc
 def test_sample_of_configs_compiles_for_sm90():
     """NVRTC builds the kernel of the default and of a spread of the search space (no GPU)."""
-    from miopy.backends.base import KERNEL_ROOT
-    from miopy.backends.cuda import compile_cubin
-
-    source = (KERNEL_ROOT / "cuda" / "igemm_fwd.cu").read_text()
     rng = np.random.default_rng(5)
     for problem in (RESNET[0], ODD):
-        space = list(SOLVER.search_space(CTX, problem))
-        picks = [SOLVER.default_config(CTX, problem), space[0], space[-1]]
-        picks += [space[i] for i in rng.choice(len(space), 2, replace=False)]
-        for config in picks:
-            spec = SOLVER.get_program(CTX, problem, config).kernels[0]
-            cubin = compile_cubin(source, "igemm_fwd.cu", spec.options(), arch="sm_90")
-            assert cubin[:4] == b"\x7fELF" and b"igemm_fwd" in cubin, config
+        configs = support.config_spread(SOLVER, CTX, problem, rng)
+        support.assert_builds_for_sm90(SOLVER, CTX, problem, configs, "igemm_fwd")
 
 
 # ---- on a GPU: against the reference ------------------------------------------------------------

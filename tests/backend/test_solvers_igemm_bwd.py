@@ -252,21 +252,13 @@ def check(handle, solver, problem, rng, config=None) -> float:
     return support.check_solver(handle, solver, problem, rng, config)
 
 
+def channels(rng) -> tuple[int, int]:
+    """C and K: multiples of 8 up to 64 and 96."""
+    return 8 * int(rng.integers(1, 9)), 8 * int(rng.integers(1, 13))
+
+
 def random_problem(rng, dtype, direction):
-    while True:
-        c, k = 8 * int(rng.integers(1, 9)), 8 * int(rng.integers(1, 13))
-        try:
-            return make(
-                dtype,
-                (int(rng.integers(1, 5)), c, *rng.integers(1, 20, 2)),
-                (k, c, *rng.integers(1, 6, 2)),
-                direction,
-                pads=tuple(rng.integers(0, 3, 2)),
-                strides=tuple(rng.integers(1, 4, 2)),
-                dilations=tuple(rng.integers(1, 3, 2)),
-            )
-        except ValueError:
-            continue
+    return support.random_nhwc_problem(rng, dtype, direction, channels)
 
 
 @pytest.mark.gpu

@@ -253,21 +253,10 @@ def test_split_reduction_program():
 
 @support.needs_nvrtc
 def test_sample_of_configs_compiles_for_sm90():
-    from miopy.backends.base import KERNEL_ROOT
-    from miopy.backends.cuda import compile_cubin
-
-    source = (KERNEL_ROOT / "cuda" / "igemm_fwd_tf32x3.cu").read_text()
     rng = np.random.default_rng(5)
     for problem in (RESNET[3], ODD):
-        space = list(FWD.search_space(CTX, problem))
-        picks = [FWD.default_config(CTX, problem), space[0], space[-1]]
-        picks += [space[i] for i in rng.choice(len(space), 2, replace=False)]
-        for config in picks:
-            spec = [s for s in FWD.get_program(CTX, problem, config).kernels if s.name == "igemm_fwd_tf32x3"][
-                0
-            ]
-            cubin = compile_cubin(source, "igemm_fwd_tf32x3.cu", spec.options(), arch="sm_90")
-            assert cubin[:4] == b"\x7fELF" and b"igemm_fwd_tf32x3" in cubin, config
+        configs = support.config_spread(FWD, CTX, problem, rng)
+        support.assert_builds_for_sm90(FWD, CTX, problem, configs, "igemm_fwd_tf32x3")
 
 
 def test_backward_weights_program_and_configs():
@@ -298,16 +287,10 @@ def test_backward_weights_program_and_configs():
 
 @support.needs_nvrtc
 def test_backward_weights_compiles_for_sm90():
-    from miopy.backends.base import KERNEL_ROOT
-    from miopy.backends.cuda import compile_cubin
-
-    source = (KERNEL_ROOT / "cuda" / "igemm_wrw_tf32x3.cu").read_text()
     problem = make((3, 12, 9, 11), (20, 12, 2, 3), "W", pads=(1, 0), strides=(2, 2), dilations=(2, 1))
     space = list(WRW.search_space(CTX, problem))
-    for config in (WRW.default_config(CTX, problem), space[0], space[-1]):
-        spec = WRW.get_program(CTX, problem, config).kernels[0]
-        cubin = compile_cubin(source, "igemm_wrw_tf32x3.cu", spec.options(), arch="sm_90")
-        assert cubin[:4] == b"\x7fELF" and b"igemm_wrw_tf32x3" in cubin, config
+    configs = (WRW.default_config(CTX, problem), space[0], space[-1])
+    support.assert_builds_for_sm90(WRW, CTX, problem, configs, "igemm_wrw_tf32x3")
 
 
 # ---- the arithmetic, in NumPy --------------------------------------------------------------------
