@@ -159,6 +159,17 @@ def handle_next_to_cudnn() -> Handle:
     return handle
 
 
+def cudnn_grad(direction: str, x, dy, w, stride: int, pad: int):
+    """cuDNN's one gradient of a 2-D convolution (dx for direction "B", dw for "W") through
+    aten.convolution_backward, every tensor as given (channels_last): torch.nn.grad's helpers
+    pass a contiguous dummy input, which sends cuDNN down a mixed-layout path."""
+    mask = [direction == "B", direction == "W", False]
+    grads = torch.ops.aten.convolution_backward(
+        dy, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask
+    )
+    return grads[0] if direction == "B" else grads[1]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16,bf16")

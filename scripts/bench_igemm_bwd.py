@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import torch  # noqa: E402
-from bench_igemm import SETS, check_and_time, handle_next_to_cudnn, kernel_facts  # noqa: E402
+from bench_igemm import SETS, check_and_time, cudnn_grad, handle_next_to_cudnn, kernel_facts  # noqa: E402
 from timing import Timer  # noqa: E402
 
 from miopy.engine.bench import compile_all  # noqa: E402
@@ -132,17 +132,7 @@ def bench_layer(handle, direction, dtype, layer, sols) -> dict:
     xs = [torch.randn(BATCH, c, hw, hw, device="cuda", dtype=tdt).to(memory_format=cl) for _ in range(SETS)]
     dys = [torch.randn(BATCH, k, ho, ho, device="cuda", dtype=tdt).to(memory_format=cl) for _ in range(SETS)]
     w = (torch.randn(k, c, f, f, device="cuda") / (c * f * f) ** 0.5).to(tdt).to(memory_format=cl)
-    # aten.convolution_backward for the one gradient, every tensor channels_last (torch.nn.grad's
-    # helpers pass a contiguous dummy input, which sends cuDNN down a mixed-layout path)
-    mask = [direction == "B", direction == "W", False]
-
-    def cudnn_grad(x, dy):
-        grads = torch.ops.aten.convolution_backward(
-            dy, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask
-        )
-        return grads[0] if direction == "B" else grads[1]
-
-    calls = [functools.partial(cudnn_grad, x, dy) for x, dy in zip(xs, dys)]
+    calls = [functools.partial(cudnn_grad, direction, x, dy, w, stride, pad) for x, dy in zip(xs, dys)]
     outs = [torch.empty_like(xs[0] if direction == "B" else w) for _ in range(SETS)]
     refs = [fn() for fn in calls]
     assert all(r.is_contiguous(memory_format=cl) for r in refs), "cuDNN's result is not channels_last"

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from bench_igemm import SETS, check_and_time, handle_next_to_cudnn  # noqa: E402
+from bench_igemm import SETS, check_and_time, cudnn_grad, handle_next_to_cudnn  # noqa: E402
 from timing import Timer  # noqa: E402
 
 from miopy.engine.bench import compile_all  # noqa: E402
@@ -88,15 +88,7 @@ def bench(handle, direction: str, dtype: str, sols) -> list[dict]:
     if direction == "F":
         calls = [functools.partial(torch.nn.functional.conv2d, x, w, None, STRIDE, PAD) for x in xs]
     else:
-        mask = [direction == "B", direction == "W", False]
-
-        def grad(x, dy):
-            g = torch.ops.aten.convolution_backward(
-                dy, x, w, None, [STRIDE] * 2, [PAD] * 2, [1, 1], False, [0, 0], 1, mask
-            )
-            return g[0] if direction == "B" else g[1]
-
-        calls = [functools.partial(grad, x, dy) for x, dy in zip(xs, dys)]
+        calls = [functools.partial(cudnn_grad, direction, x, dy, w, STRIDE, PAD) for x, dy in zip(xs, dys)]
     refs = [fn() for fn in calls]
     cudnn = device_us(calls)
     outs = [torch.empty_like(r) for r in refs]
