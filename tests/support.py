@@ -11,6 +11,32 @@ from miopy.reference.tolerance import tolerance  # noqa: F401  (the one rule, sh
 from miopy.tensor import TensorDesc, from_storage
 
 
+def conv_problem(dtype: str, xlens, wlens, direction="F", layouts=("NHWC",) * 3, **conv) -> ConvProblem:
+    """A 2-D problem of packed tensors in ``layouts`` (x, w, y) and ``conv``'s ConvDesc fields."""
+    x = TensorDesc(dtype, xlens, layout=layouts[0])
+    w = TensorDesc(dtype, wlens, layout=layouts[1])
+    return ConvProblem.create(x, w, ConvDesc(**conv), direction, y_layout=layouts[2])
+
+
+def fake_cuda_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, smem=232448, arch="sm_90"):
+    """A context as the solvers see one, without a device: an H200 by default (227 KB of dynamic
+    shared memory per block)."""
+    from types import SimpleNamespace
+
+    from miopy.backends.base import DeviceInfo
+
+    info = DeviceInfo(
+        "fake",
+        arch,
+        compute_units,
+        "",
+        max_work_group_size=max_work_group_size,
+        local_mem_size=min(smem, 49152),
+        max_dynamic_shared=smem,
+    )
+    return SimpleNamespace(info=info, backend_name=backend)
+
+
 def random_buffers(problem: ConvProblem, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Stored buffers for x, w, y; the output starts as NaN so unwritten elements show."""
     out = {}

@@ -8,14 +8,12 @@ space against the NumPy reference."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import support
 
 from miopy import backends
-from miopy.backends.base import DeviceInfo
 from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solution import Tensor, Workspace
@@ -39,24 +37,8 @@ SOLVER = ConvIgemmFwdNhwc()
 NHWC = ("NHWC",) * 3
 
 
-def make(dtype, xlens, wlens, direction="F", layouts=NHWC, **conv) -> ConvProblem:
-    x = TensorDesc(dtype, xlens, layout=layouts[0])
-    w = TensorDesc(dtype, wlens, layout=layouts[1])
-    return ConvProblem.create(x, w, ConvDesc(**conv), direction, y_layout=layouts[2])
-
-
-def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, smem=232448, arch="sm_90"):
-    """An H200 by default (227 KB of dynamic shared memory per block)."""
-    info = DeviceInfo(
-        "fake",
-        arch,
-        compute_units,
-        "",
-        max_work_group_size=max_work_group_size,
-        local_mem_size=min(smem, 49152),
-        max_dynamic_shared=smem,
-    )
-    return SimpleNamespace(info=info, backend_name=backend)
+make = support.conv_problem  # (dtype, xlens, wlens, direction, layouts, **conv)
+fake_ctx = support.fake_cuda_ctx
 
 
 CTX = fake_ctx()

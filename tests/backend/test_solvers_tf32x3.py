@@ -11,14 +11,12 @@ FFMA error, and far below what plain TF32 gives on the same data (so it is never
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import support
 
 from miopy import backends
-from miopy.backends.base import DeviceInfo
 from miopy.errors import BadParm
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.reference.conv import conv_reference, conv_reference_buffers, rms_range, view
@@ -50,22 +48,10 @@ NHWC, NCHW = ("NHWC",) * 3, ("NCHW",) * 3
 
 
 def make(xlens, wlens, direction="F", layouts=NHWC, dtype="fp32", **conv) -> ConvProblem:
-    x = TensorDesc(dtype, xlens, layout=layouts[0])
-    w = TensorDesc(dtype, wlens, layout=layouts[1])
-    return ConvProblem.create(x, w, ConvDesc(**conv), direction, y_layout=layouts[2])
+    return support.conv_problem(dtype, xlens, wlens, direction, layouts, **conv)
 
 
-def fake_ctx(backend="cuda", compute_units=132, max_work_group_size=1024, smem=232448):
-    info = DeviceInfo(
-        "fake",
-        "sm_90",
-        compute_units,
-        "",
-        max_work_group_size=max_work_group_size,
-        local_mem_size=min(smem, 49152),
-        max_dynamic_shared=smem,
-    )
-    return SimpleNamespace(info=info, backend_name=backend)
+fake_ctx = support.fake_cuda_ctx
 
 
 CTX = fake_ctx()
