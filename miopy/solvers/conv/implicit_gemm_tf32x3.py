@@ -176,6 +176,21 @@ def workspace_regions(sizes: dict[str, int]) -> dict[str, int]:
     return regions
 
 
+def region_operand(regions: dict[str, int], name: str, unplaced: Tensor | None) -> tuple[Any, np.int64]:
+    """A kernel's (buffer, element offset) pair for workspace region ``name``: ``unplaced`` at
+    offset 0 where the region is not used (-1), else the workspace at the region's floats."""
+    if regions[name] < 0:
+        return unplaced, np.int64(0)
+    return Workspace(), np.int64(regions[name] // 4)
+
+
+def split_gemm_spec(file: str, defines: dict[str, Any], config: dict[str, int], blocks: int) -> KernelSpec:
+    """The GEMM kernel of kernels/cuda/``file``.cu (named as the file): ``blocks`` blocks of
+    ``threads(config)`` per slice of the reduction, ``split_k`` slices (the grid's y)."""
+    local = threads(config)
+    return KernelSpec(file, file, defines, (blocks * local, config["split_k"]), (local, 1))
+
+
 def tf32x3_candidates(
     domain: dict[str, tuple[int, ...]], cap_n: int | None = None
 ) -> Iterator[dict[str, int]]:
@@ -333,12 +348,6 @@ class _Tf32x3Solver(Tf32x3Solver):
         regions = self._layout(problem, config)
         act, _ = self.reads
         steps: list[Step] = []
-
-        def operand(name: str, role: str) -> tuple[Any, np.int64]:
-            if regions[name] < 0:
-                return Tensor(role), np.int64(0)
-            return Workspace(), np.int64(regions[name] // 4)
-
         if regions["in"] >= 0:  # NCHW -> NHWC: per image, C rows of H*W
             steps.append(
                 transpose_launch(
@@ -350,18 +359,16 @@ class _Tf32x3Solver(Tf32x3Solver):
         defines = shape.defines(config)
         if not is_nhwc(getattr(problem, self.writes)):
             defines["TX_OUT_NCHW"] = 1  # the kernel (or the split's sum) writes NCHW itself
-        local = threads(config)
         split = config["split_k"]
-        gemm = KernelSpec(
-            "igemm_fwd_tf32x3",
-            "igemm_fwd_tf32x3",
-            defines,
-            (grid_blocks(shape, config) * local, split),
-            (local, 1),
-        )
+        gemm = split_gemm_spec("igemm_fwd_tf32x3", defines, config, grid_blocks(shape, config))
         out = (Tensor(self.writes), np.int64(0))
-        part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
-        args = (*operand("in", act), *operand("filter", "w"), *out, *part)
+        part = region_operand(regions, "part", None)
+        args = (
+            *region_operand(regions, "in", Tensor(act)),
+            *region_operand(regions, "filter", Tensor("w")),
+            *out,
+            *part,
+        )
         steps.append(Launch(gemm, args, shared_mem=smem_bytes(config)))
         if split > 1:
             total = shape.rows * shape.k

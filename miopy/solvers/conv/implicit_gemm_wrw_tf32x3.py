@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
 from miopy.solvers.conv.igemm_common import compute_units, is_nhwc, smem_limit, threads
@@ -26,6 +24,8 @@ from miopy.solvers.conv.implicit_gemm_tf32x3 import (
     Tf32x3Solver,
     gemm_shape,
     grid_1d,
+    region_operand,
+    split_gemm_spec,
     tf32x3_candidates,
     tile_config,
     transpose_launch,
@@ -147,13 +147,6 @@ class ConvIgemmWrwTf32x3(Tf32x3Solver):
         config = self.checked_config(ctx, problem, config)
         shape = gemm_shape(problem)
         regions = self._layout(problem, config)
-        roles = {"x": "x", "dy": "y"}
-
-        def operand(name: str) -> tuple[Any, np.int64]:
-            if regions[name] < 0:
-                return Tensor(roles[name]), np.int64(0)
-            return Workspace(), np.int64(regions[name] // 4)
-
         steps: list[Step] = []
         if regions["x"] >= 0:
             steps.append(
@@ -170,20 +163,12 @@ class ConvIgemmWrwTf32x3(Tf32x3Solver):
         defines = shape.defines(config)
         if not is_nhwc(problem.w) and regions["dw"] < 0:
             defines["TX_OUT_NCHW"] = 1  # dw written K x C x R x S by the kernel
-        local = threads(config)
         split = config["split_k"]
-        gemm = KernelSpec(
-            "igemm_wrw_tf32x3",
-            "igemm_wrw_tf32x3",
-            defines,
-            (grid_blocks(problem, config) * local, split),
-            (local, 1),
-        )
-        part = (Workspace(), np.int64(regions["part"] // 4)) if split > 1 else (None, np.int64(0))
-        out = (Tensor("w"), np.int64(0)) if regions["dw"] < 0 else (Workspace(), np.int64(regions["dw"] // 4))
-        steps.append(
-            Launch(gemm, (*operand("x"), *operand("dy"), *out, *part), shared_mem=smem_bytes(config))
-        )
+        gemm = split_gemm_spec("igemm_wrw_tf32x3", defines, config, grid_blocks(problem, config))
+        part = region_operand(regions, "part", None)
+        out = region_operand(regions, "dw", Tensor("w"))
+        ins = (*region_operand(regions, "x", Tensor("x")), *region_operand(regions, "dy", Tensor("y")))
+        steps.append(Launch(gemm, (*ins, *out, *part), shared_mem=smem_bytes(config)))
         if split > 1:
             global_size, local_size = grid_1d(shape.k * shape.taps // 4)
             spec = KernelSpec("igemm_wrw_tf32x3", "tf32x3_wrw_sum", defines, global_size, local_size)
