@@ -82,16 +82,76 @@ def test_packed_paths(ocl):
     lens = (2, 8, 3, 5)
     nhwc = NdDesc("fp16", lens, channels_last_strides(lens))
     fwd = _kernels(ocl, GroupNormProblem(nhwc, 4, 1e-5, 1, "F"), "GroupNormFwdPacked")
-    # OpenCL: the serial row reduction (PoCL runs work-group trees slowly)
-    assert fwd == ["norm_reduce_rows_serial", "norm_finalize", "norm_fwd_packed"]
+    # OpenCL: the serial row reduction (PoCL runs work-group trees slowly; segments of 2 channels
+    # are too short for the float8 one), the apply by rows of C channels with per-channel copies
+    # of the group coefficients
+    assert fwd == ["norm_reduce_rows_serial", "norm_finalize", "norm_coef_expand", "norm_apply_cyc_cpu"]
     bwd = _kernels(ocl, GroupNormProblem(nhwc, 4, 1e-5, 1, "B"), "GroupNormBwdPacked")
-    assert bwd[-2:] == ["norm_pgrad_cols_serial", "norm_pgrad_finish"]
+    assert bwd[-2:] == ["norm_pgrad_cyc_cpu", "norm_pgrad_finish"]
     nchw = _kernels(ocl, GroupNormProblem(NdDesc("fp32", lens), 4, 1e-5, 1, "B"), "GroupNormBwdPacked")
     assert nchw[-2:] == ["norm_pgrad_rows_serial", "norm_pgrad_finish"]
     ln = _kernels(ocl, LayerNormProblem(NdDesc("fp32", (6, 40)), 1, 1e-5, 1, "B"), "LayerNormBwdPacked")
     assert ln[-2:] == ["norm_pgrad_cols_serial", "norm_pgrad_finish"]
     odd = LayerNormProblem(NdDesc("fp32", (2, 3, 4), (12, 1, 3)), 1, 1e-5, 1, "B")
     assert "weights" in _kernels(ocl, odd, "LayerNormBwdPacked")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_groupnorm_nhwc_cpu_kernels(ocl, dtype):
+    """Channels-last group norm on CPU OpenCL: the float8 reduction over interleaved groups
+    (norm_reduce_split_cpu), the apply and weight gradients by rows of C channels
+    (norm_apply_cyc_cpu, norm_pgrad_cyc_cpu); groups of 8, 12 and 20 channels (vector tails), 2-D
+    and 3-D, with and without weights, data far from zero."""
+    from miopy.problem.nd import channels_last_strides
+
+    rng = np.random.default_rng(12)
+    tol = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
+    offset = {"fp32": 1000.0, "fp16": 100.0, "bf16": 10.0}[dtype]
+    names_of = {"F": "GroupNormFwdPacked", "B": "GroupNormBwdPacked"}
+    for lens, groups in (((2, 24, 5, 7), 3), ((3, 36, 4, 5), 3), ((1, 40, 3, 3, 3), 2)):
+        x = NdDesc(dtype, lens, channels_last_strides(lens))
+        for affine in (1, 0):
+            for d in "FB":
+                p = GroupNormProblem(x, groups, 1e-5, affine, d)
+                names = _kernels(ocl, p, names_of[d])
+                assert names[0] == "norm_reduce_split_cpu", names
+                if affine:
+                    assert "norm_apply_cyc_cpu" in names, names
+                if affine and d == "B":
+                    assert "norm_pgrad_cyc_cpu" in names, names
+                solver = next(s for s in SOLVERS["groupnorm"] if s.name == names_of[d])
+                bufs = ref.random_buffers(p, rng, offset=offset)
+                want = ref.reference(p, bufs)
+                make_solution(ocl, p, solver).run(ocl, bufs)
+                t = p.tensors()
+                for role, w in want.items():
+                    err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                    assert err < tol, f"{p.key()} {role}: {err}"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_layernorm_rows_cpu_kernels(ocl, dtype):
+    """Layer norm by rows on CPU OpenCL (ln_rows_fwd_cpu, ln_rows_bwd_cpu: float8 runs along a
+    row): rows of 100, 13 and 140 elements (vector tails), with and without weights, data far
+    from zero."""
+    rng = np.random.default_rng(13)
+    tol = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
+    offset = {"fp32": 1000.0, "fp16": 100.0, "bf16": 10.0}[dtype]
+    names_of = {"F": "LayerNormFwdRows", "B": "LayerNormBwdRows"}
+    for lens, dim in (((37, 100), 1), ((9, 13), 1), ((3, 4, 5, 28), 2)):
+        for affine in (1, 0):
+            for d in "FB":
+                p = LayerNormProblem(NdDesc(dtype, lens), dim, 1e-5, affine, d)
+                names = _kernels(ocl, p, names_of[d])
+                assert names[0] == ("ln_rows_fwd_cpu" if d == "F" else "ln_rows_bwd_cpu"), names
+                solver = next(s for s in SOLVERS["layernorm"] if s.name == names_of[d])
+                bufs = ref.random_buffers(p, rng, offset=offset)
+                want = ref.reference(p, bufs)
+                make_solution(ocl, p, solver).run(ocl, bufs)
+                t = p.tensors()
+                for role, w in want.items():
+                    err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                    assert err < tol, f"{p.key()} {role}: {err}"
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -33,6 +33,8 @@
 #ifndef MIOPY_NORM_H
 #define MIOPY_NORM_H
 #include "common/vec.h"
+/* cpu_vec.h: float8 helpers of the *_cpu kernels, OpenCL only (empty elsewhere) */
+#include "common/cpu_vec.h"
 
 #ifndef NORM_PTYPE
 #define NORM_PTYPE 0
@@ -84,6 +86,18 @@ typedef u16 param_t;
 #define PSTORE(p, i, v) ((p)[i] = norm_f_to_bf16(v))
 #endif
 
+#ifdef __OPENCL_VERSION__ /* eight weights as a float8 (the *_cpu kernels) */
+DEVICE_FN float8 norm_pload8(const GLOBAL param_t* p, i64 i)
+{
+#if NORM_PTYPE == 0
+    return vload8(0, p + i);
+#else
+    return (float8)(PLOAD(p, i), PLOAD(p, i + 1), PLOAD(p, i + 2), PLOAD(p, i + 3), PLOAD(p, i + 4),
+                    PLOAD(p, i + 5), PLOAD(p, i + 6), PLOAD(p, i + 7));
+#endif
+}
+#endif
+
 #ifdef __OPENCL_VERSION__
 #define NORM_RSQRT(v) rsqrt(v)
 #define NORM_SQRT(v) sqrt(v)
@@ -114,6 +128,12 @@ typedef u16 param_t;
 #define NORM_ID_ln_pgrad_finish 19
 #define NORM_ID_gn_rows_fwd 20
 #define NORM_ID_gn_rows_bwd 21
+#define NORM_ID_norm_coef_expand 22
+#define NORM_ID_norm_reduce_split_cpu 23
+#define NORM_ID_norm_apply_cyc_cpu 24
+#define NORM_ID_norm_pgrad_cyc_cpu 25
+#define NORM_ID_ln_rows_fwd_cpu 26
+#define NORM_ID_ln_rows_bwd_cpu 27
 #ifdef NORM_ONLY
 #define NORM_WANT(name) (NORM_ONLY == NORM_ID_##name)
 #else
@@ -279,6 +299,87 @@ KERNEL void norm_reduce_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_
         NORM_TREE4(sh, lid)
         if(lid < 4) ws[part + (c * 4 + lid) * K + k] = sh[lid * NORM_LOCAL];
         BARRIER();
+    }
+}
+#endif
+
+/* norm_reduce_rows for CPU OpenCL devices when a key's segments interleave with other keys'
+   (channels-last group norm: key (n, group), segments of cg channels, C apart): work item u takes
+   outer key ko = u / nchunks and the segments [c * spc, ...) of chunk c = u % nchunks for every
+   inner key ki < klo in turn (those segments share cache lines, so each line is read from memory
+   once), eight elements of a segment at a time in float8 vectors (cpu_vec.h), a scalar tail when
+   L is not a multiple of 8. Same partial sums as norm_reduce_rows, keyed k = ko * klo + ki;
+   weighted dy: p = (k % pkm) * pkmul + j. */
+#if NORM_WANT(norm_reduce_split_cpu) && defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+KERNEL void norm_reduce_split_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                                  const GLOBAL param_t* RESTRICT w, GLOBAL float* RESTRICT ws, i64 part,
+                                  i64 K, i64 S, i64 L, i64 kstride, i64 sstride, i64 spc, i64 nchunks,
+                                  int flags, i64 pkm, i64 pkmul, i64 klo, i64 khi)
+{
+    const i64 u = GLOBAL_ID0;
+    if(u >= (K / klo) * nchunks)
+        return;
+    const i64 ko = u / nchunks, c = u % nchunks;
+    const i64 s0 = c * spc, s1 = s0 + spc < S ? s0 + spc : S;
+    const int use_dy = flags & F_DY, weighted = flags & F_WEIGHTED;
+    for(i64 ki = 0; ki < klo; ++ki)
+    {
+        const i64 k = ko * klo + ki;
+        const i64 base = ko * khi + ki * kstride;
+        const float shift = LOAD(x, base);
+        const i64 p0 = (k % pkm) * pkmul;
+        float8 a1 = 0.0f, a2 = 0.0f, b1 = 0.0f, b2 = 0.0f;
+        float t1 = 0.0f, t2 = 0.0f, t3 = 0.0f, t4 = 0.0f;
+        i64 j = 0;
+        for(; j + 8 <= L; j += 8)
+        {
+            if(!use_dy)
+            {
+                for(i64 s = s0; s < s1; ++s)
+                {
+                    const float8 d = load_f8(x, base + s * sstride + j) - shift;
+                    a1 += d;
+                    a2 += d * d;
+                }
+                continue;
+            }
+            float8 wv = 1.0f;
+            if(weighted)
+                wv = (float8)(PLOAD(w, p0 + j), PLOAD(w, p0 + j + 1), PLOAD(w, p0 + j + 2),
+                              PLOAD(w, p0 + j + 3), PLOAD(w, p0 + j + 4), PLOAD(w, p0 + j + 5),
+                              PLOAD(w, p0 + j + 6), PLOAD(w, p0 + j + 7));
+            for(i64 s = s0; s < s1; ++s)
+            {
+                const i64 off = base + s * sstride + j;
+                const float8 d = load_f8(x, off) - shift;
+                const float8 g = load_f8(dy, off) * wv;
+                a1 += d;
+                a2 += d * d;
+                b1 += g;
+                b2 += g * d;
+            }
+        }
+        for(; j < L; ++j)
+        {
+            const float wj = weighted ? PLOAD(w, p0 + j) : 1.0f;
+            for(i64 s = s0; s < s1; ++s)
+            {
+                const i64 off = base + s * sstride + j;
+                const float d = LOAD(x, off) - shift;
+                t1 += d;
+                t2 += d * d;
+                if(use_dy)
+                {
+                    const float g = LOAD(dy, off) * wj;
+                    t3 += g;
+                    t4 += g * d;
+                }
+            }
+        }
+        ws[part + (c * 4 + 0) * K + k] = hsum8(a1) + t1;
+        ws[part + (c * 4 + 1) * K + k] = hsum8(a2) + t2;
+        ws[part + (c * 4 + 2) * K + k] = hsum8(b1) + t3;
+        ws[part + (c * 4 + 3) * K + k] = hsum8(b2) + t4;
     }
 }
 #endif
@@ -973,6 +1074,121 @@ KERNEL void norm_bwd_packed(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
 }
 #endif
 
+/* For CPU OpenCL devices (PoCL), keys that cycle inside a row (channels-last group norm: key
+   n * G + c / cg along a row of C = G * cg channels): copies of the ncoef per-key coefficients per
+   (outer key, element of the row), ws[coef2 + i * K2 + kk] = ws[coef + i * K + kk / kd], so that
+   norm_apply_cyc_cpu maps rows of kd * km elements without a division per element. */
+#if NORM_WANT(norm_coef_expand)
+KERNEL void norm_coef_expand(GLOBAL float* RESTRICT ws, i64 coef, i64 K, i64 coef2, i64 K2, i64 kd,
+                             int ncoef)
+{
+    for(i64 kk = GLOBAL_ID0; kk < K2; kk += GLOBAL_SIZE0)
+    {
+        const i64 k = kk / kd;
+        for(int i = 0; i < ncoef; ++i)
+            ws[coef2 + i * K2 + kk] = ws[coef + i * K + k];
+    }
+}
+#endif
+
+/* The apply of cycling keys for CPU OpenCL devices: work item o maps the d0 elements of row o
+   (i = o * d0 + j) with the expanded coefficients of norm_coef_expand (key (o / kq2) * d0 + j,
+   weight index j), eight at a time in float8 vectors (cpu_vec.h), a scalar tail when d0 is not a
+   multiple of 8. bwd: dx from x and dy, else y from x (as norm_apply_2d). */
+#if NORM_WANT(norm_apply_cyc_cpu) && defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+KERNEL void norm_apply_cyc_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                               GLOBAL data_t* RESTRICT out, const GLOBAL float* RESTRICT ws,
+                               const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT b,
+                               i64 coef, i64 K2, i64 rows, i64 d0, i64 kq2, int affine, int bwd)
+{
+    const i64 o = GLOBAL_ID0;
+    if(o >= rows)
+        return;
+    const i64 i0 = o * d0;
+    const GLOBAL float* c0 = ws + coef + (o / kq2) * d0;
+    const GLOBAL float* c1 = c0 + K2;
+    const GLOBAL float* c2 = c0 + 2 * K2;
+    const GLOBAL float* c3 = c0 + 3 * K2;
+    const GLOBAL float* c4 = c0 + 4 * K2;
+    i64 j = 0;
+    if(bwd)
+        for(; j + 8 <= d0; j += 8)
+        {
+            const float8 xc = (load_f8(x, i0 + j) - vload8(0, c1 + j)) - vload8(0, c3 + j);
+            float8 g = load_f8(dy, i0 + j);
+            if(affine)
+                g *= norm_pload8(w, j);
+            store_f8(out, i0 + j, g * vload8(0, c0 + j) + xc * vload8(0, c4 + j) + vload8(0, c2 + j));
+        }
+    else
+        for(; j + 8 <= d0; j += 8)
+        {
+            const float8 xc = (load_f8(x, i0 + j) - vload8(0, c1 + j)) - vload8(0, c3 + j);
+            float8 r = xc * vload8(0, c0 + j) + vload8(0, c2 + j);
+            if(affine)
+                r = r * norm_pload8(w, j) + norm_pload8(b, j);
+            store_f8(out, i0 + j, r);
+        }
+    for(; j < d0; ++j)
+    {
+        const float xc = (LOAD(x, i0 + j) - c1[j]) - c3[j];
+        const float wj = affine ? PLOAD(w, j) : 1.0f;
+        float r;
+        if(bwd)
+            r = LOAD(dy, i0 + j) * wj * c0[j] + xc * c4[j] + c2[j];
+        else
+            r = (xc * c0[j] + c2[j]) * wj + (affine ? PLOAD(b, j) : 0.0f);
+        STORE(out, i0 + j, r);
+    }
+}
+#endif
+
+/* Weight gradients of cycling keys for CPU OpenCL devices (channels-last group norm backward):
+   work item c takes rows [c * rows_per_chunk, ...) of P elements (weight index = column) and adds
+   dy * xhat and dy per column into its partial sums ws[part + (c * 2 + {0, 1}) * P + col], eight
+   columns at a time in float8 vectors, with the expanded coefficients of norm_coef_expand (row
+   r's key (r / rdiv) * P + col; xhat = ((x - c1) - c3) * c5). norm_pgrad_finish adds the chunks. */
+#if NORM_WANT(norm_pgrad_cyc_cpu) && defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+KERNEL void norm_pgrad_cyc_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                               GLOBAL float* RESTRICT ws, i64 part, i64 coef, i64 K2, i64 P, i64 rows,
+                               i64 rows_per_chunk, i64 nchunks, i64 rdiv)
+{
+    const i64 c = GLOBAL_ID0;
+    if(c >= nchunks)
+        return;
+    GLOBAL float* RESTRICT pa = ws + part + (c * 2) * P;
+    GLOBAL float* RESTRICT pb = pa + P;
+    for(i64 col = 0; col < P; ++col)
+    {
+        pa[col] = 0.0f;
+        pb[col] = 0.0f;
+    }
+    const i64 r0 = c * rows_per_chunk;
+    const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    for(i64 row = r0; row < r1; ++row)
+    {
+        const i64 off = row * P;
+        const GLOBAL float* c1 = ws + coef + K2 + (row / rdiv) * P;
+        const GLOBAL float* c3 = c1 + 2 * K2;
+        const GLOBAL float* c5 = c1 + 4 * K2;
+        i64 j = 0;
+        for(; j + 8 <= P; j += 8)
+        {
+            const float8 g = load_f8(dy, off + j);
+            const float8 h = ((load_f8(x, off + j) - vload8(0, c1 + j)) - vload8(0, c3 + j)) * vload8(0, c5 + j);
+            vstore8(vload8(0, pa + j) + g * h, 0, pa + j);
+            vstore8(vload8(0, pb + j) + g, 0, pb + j);
+        }
+        for(; j < P; ++j)
+        {
+            const float g = LOAD(dy, off + j);
+            pa[j] += g * (((LOAD(x, off + j) - c1[j]) - c3[j]) * c5[j]);
+            pb[j] += g;
+        }
+    }
+}
+#endif
+
 /* Apply by rows, for CPU OpenCL devices (PoCL): work item o maps the d0 contiguous elements
    i = o * d0 + j, j < d0, in a plain loop the compiler vectorises. The host picks d0 so that
    along a row the key is constant (kmode 0: key = (o / kq) % km + (o / kq2) * kmul2; its
@@ -1314,6 +1530,132 @@ KERNEL void LN_BWD_BOUNDS ln_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLO
                 }
             BARRIER();
         }
+}
+#endif
+
+/* Layer norm by rows for CPU OpenCL devices (PoCL): one work item per row (forward) or per chunk
+   of rows_per_chunk rows (backward), the row walked eight elements at a time in float8 vectors
+   (cpu_vec.h), a scalar tail when L is not a multiple of 8; a row is small enough to stay in the
+   core's cache between the passes. Forward: the shifted sums of norm_reduce_* (x less the row's
+   first element, and its square) in one pass, then y. Backward: as ln_rows_bwd, with the
+   chunk's dweight / dbias partial row in ws[(c * 2 + {0, 1}) * L + j] for ln_pgrad_finish. */
+#if NORM_WANT(ln_rows_fwd_cpu) && defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+KERNEL void ln_rows_fwd_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                            const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT b,
+                            GLOBAL param_t* RESTRICT mean, GLOBAL param_t* RESTRICT rstd, i64 rows, int L,
+                            float eps, int affine)
+{
+    const i64 row = GLOBAL_ID0;
+    if(row >= rows)
+        return;
+    const i64 base = row * L;
+    const float shift = LOAD(x, base);
+    float8 a = 0.0f, a2 = 0.0f;
+    float t = 0.0f, t2 = 0.0f;
+    int j = 0;
+    for(; j + 8 <= L; j += 8)
+    {
+        const float8 d = load_f8(x, base + j) - shift;
+        a += d;
+        a2 += d * d;
+    }
+    for(; j < L; ++j)
+    {
+        const float d = LOAD(x, base + j) - shift;
+        t += d;
+        t2 += d * d;
+    }
+    const float m = (hsum8(a) + t) / (float)L;
+    float var = (hsum8(a2) + t2) / (float)L - m * m; /* shifted sums: exact enough near the mean */
+    var = var > 0.0f ? var : 0.0f;
+    const float r = NORM_RSQRT(var + eps);
+    for(j = 0; j + 8 <= L; j += 8)
+    {
+        float8 o = ((load_f8(x, base + j) - shift) - m) * r;
+        if(affine)
+            o = o * norm_pload8(w, j) + norm_pload8(b, j);
+        store_f8(y, base + j, o);
+    }
+    for(; j < L; ++j)
+    {
+        float o = ((LOAD(x, base + j) - shift) - m) * r;
+        if(affine)
+            o = o * PLOAD(w, j) + PLOAD(b, j);
+        STORE(y, base + j, o);
+    }
+    PSTORE(mean, row, shift + m);
+    PSTORE(rstd, row, r);
+}
+#endif
+
+#if NORM_WANT(ln_rows_bwd_cpu) && defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+KERNEL void ln_rows_bwd_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                            const GLOBAL param_t* RESTRICT w, const GLOBAL param_t* RESTRICT mean,
+                            const GLOBAL param_t* RESTRICT rstd, GLOBAL data_t* RESTRICT dx,
+                            GLOBAL float* RESTRICT ws, i64 rows, int L, int affine, int pgrad,
+                            i64 rows_per_chunk, i64 nchunks)
+{
+    const i64 c = GLOBAL_ID0;
+    if(c >= nchunks)
+        return;
+    GLOBAL float* RESTRICT pa = ws + (c * 2) * L;
+    GLOBAL float* RESTRICT pb = pa + L;
+    if(pgrad)
+        for(int j = 0; j < L; ++j)
+        {
+            pa[j] = 0.0f;
+            pb[j] = 0.0f;
+        }
+    const float inv_l = 1.0f / (float)L;
+    const i64 r0 = c * rows_per_chunk;
+    const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    for(i64 row = r0; row < r1; ++row)
+    {
+        const i64 base = row * L;
+        const float m = PLOAD(mean, row), r = PLOAD(rstd, row);
+        float8 a = 0.0f, bsum = 0.0f;
+        float ta = 0.0f, tb = 0.0f;
+        int j = 0;
+        for(; j + 8 <= L; j += 8)
+        {
+            const float8 h = (load_f8(x, base + j) - m) * r;
+            const float8 d = load_f8(dy, base + j);
+            const float8 g = affine ? d * norm_pload8(w, j) : d;
+            a += g;
+            bsum += g * h;
+            if(pgrad)
+            {
+                vstore8(vload8(0, pa + j) + d * h, 0, pa + j);
+                vstore8(vload8(0, pb + j) + d, 0, pb + j);
+            }
+        }
+        for(; j < L; ++j)
+        {
+            const float h = (LOAD(x, base + j) - m) * r, d = LOAD(dy, base + j);
+            const float g = affine ? d * PLOAD(w, j) : d;
+            ta += g;
+            tb += g * h;
+            if(pgrad)
+            {
+                pa[j] += d * h;
+                pb[j] += d;
+            }
+        }
+        const float sg = (hsum8(a) + ta) * inv_l, sgx = (hsum8(bsum) + tb) * inv_l;
+        for(j = 0; j + 8 <= L; j += 8)
+        {
+            const float8 h = (load_f8(x, base + j) - m) * r;
+            const float8 d = load_f8(dy, base + j);
+            const float8 g = affine ? d * norm_pload8(w, j) : d;
+            store_f8(dx, base + j, r * (g - sg - h * sgx));
+        }
+        for(; j < L; ++j)
+        {
+            const float h = (LOAD(x, base + j) - m) * r, d = LOAD(dy, base + j);
+            const float g = affine ? d * PLOAD(w, j) : d;
+            STORE(dx, base + j, r * (g - sg - h * sgx));
+        }
+    }
 }
 #endif
 

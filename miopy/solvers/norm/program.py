@@ -14,7 +14,7 @@ import numpy as np
 
 from miopy.problem.nd import Dim, PgradGeometry
 from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
-from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d
 from miopy.solvers.norm.view import PackedGeometry, packed_geometry, view8, with_key_index
 
 OP = {"bn_train": 0, "bn_infer": 1, "bn_bwd": 2, "ln_fwd": 3, "ln_bwd": 4}
@@ -41,6 +41,12 @@ KERNEL_IDS = {
     "ln_pgrad_finish": 19,
     "gn_rows_fwd": 20,
     "gn_rows_bwd": 21,
+    "norm_coef_expand": 22,
+    "norm_reduce_split_cpu": 23,
+    "norm_apply_cyc_cpu": 24,
+    "norm_pgrad_cyc_cpu": 25,
+    "ln_rows_fwd_cpu": 26,
+    "ln_rows_bwd_cpu": 27,
 }
 VEC_BYTES = 16
 CX, CY = 32, 8  # NORM_CX, NORM_CY
@@ -114,6 +120,66 @@ def apply_2d_layout(n: int, kd: int, km: int, kd2: int, kmul2: int, pd: int, pm:
     return best
 
 
+def cycling_keys(n, kd, km, kd2, kmul2, K, pd, pm, affine) -> tuple[int, int] | None:
+    """(d0, K2) when the key cycles inside rows of d0 = kd * km elements (key = (i // kd) % km +
+    (i // kd2) * kmul2 with kmul2 = km: channels-last group norm, d0 = C) and the weight index is
+    the position in the row, or None. K2 = K * kd expanded keys, one per (outer key, element)."""
+    d0, kd2 = kd * km, kd2 or n
+    if kd < 2 or d0 < APPLY_2D_LEAST or (kd2 != n and kmul2 != km) or kd2 % d0 or n % kd2:
+        return None
+    if K != (n // kd2) * km or (affine and (pd != 1 or pm != d0)):
+        return None
+    return d0, K * kd
+
+
+def _cycling_apply(problem, geo, cyc, backward: bool, coef: int, coef2: int, weight, ws) -> list[Launch]:
+    """CPU OpenCL apply of cycling keys: norm_coef_expand (the coefficients per (outer key, row
+    element)), then norm_apply_cyc_cpu over rows of d0 elements, weights by element."""
+    d0, K2 = cyc
+    gs, ls = grid_1d(K2)
+    expand = _spec("norm_coef_expand", problem, 1, gs, ls)
+    eargs = (ws, np.int64(coef), np.int64(geo.K), np.int64(coef2), np.int64(K2), np.int64(geo.kd))
+    eargs += (np.int32(6 if backward else 4),)
+    affine = problem.affine
+    spec = _spec("norm_apply_cyc_cpu", problem, 1, *apply_2d_grid(geo.n, d0))
+    args = (Tensor("x"), Tensor("dy") if backward else Tensor("x"), Tensor("dx" if backward else "y"))
+    args += (ws, weight, Tensor("bias") if affine and not backward else ws, np.int64(coef2))
+    args += tuple(np.int64(v) for v in (K2, geo.n // d0, d0, (geo.kd2 or geo.n) // d0))
+    args += (np.int32(1 if affine else 0), np.int32(backward))
+    return [Launch(expand, eargs), Launch(spec, args)]
+
+
+SPLIT_CHUNK_BYTES = 32 << 10  # norm_reduce_split_cpu: a chunk's segments span about this much
+
+
+def split_keys(geo: PackedGeometry, pmap, weighted: bool) -> bool:
+    """Whether norm_reduce_split_cpu serves this rows geometry: several keys whose segments
+    interleave (segments shorter than their distance, at least a vector long) and, for a
+    weighted dy, a weight per segment element."""
+    klo = geo.klo or geo.K
+    if klo < 2 or geo.S < 2 or geo.L < 8 or geo.sstride <= geo.L or geo.K % klo:
+        return False
+    return not weighted or (pmap is not None and pmap[4] == 1)
+
+
+def split_chunks(ctx, outer: int, S: int, seg_bytes: int) -> tuple[int, int]:
+    """(nchunks, segments per chunk) of norm_reduce_split_cpu: a chunk spans at most
+    SPLIT_CHUNK_BYTES, and there are several units per compute unit."""
+    cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    nchunks = max(-(-cus * 8 // outer), -(-S * seg_bytes // SPLIT_CHUNK_BYTES), 1)
+    spc = -(-S // min(nchunks, S))
+    return -(-S // spc), spc
+
+
+def cyc_pgrad(geo: PackedGeometry | None, cyc, g: PgradGeometry | None) -> bool:
+    """Whether norm_pgrad_cyc_cpu serves the weight gradients after a cycling-keys apply: columns
+    of P = d0 weights per packed row, rows grouped by the outer key as the apply's."""
+    if geo is None or cyc is None or g is None or g.kind != "cols":
+        return False
+    d0 = cyc[0]
+    return g.P == d0 and g.rstride == d0 and g.cdiv == geo.kd and g.rdiv * d0 == (geo.kd2 or geo.n)
+
+
 def serial_chunks(ctx, K: int, R: int) -> int:
     """Chunks per key of the serial row reduction: enough units for every compute unit to take
     several, each at least a few thousand elements."""
@@ -182,6 +248,8 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         if problem.affine:
             flags |= F_WEIGHTED
     nchunks = 1
+    split = geo is not None and uses_2d_apply(ctx) and dtype.itemsize < 8
+    split = split and split_keys(geo, pmap, problem.affine and backward)
     if op != OP["bn_infer"]:
         if geo is not None and geo.kind == "cols":
             vw = _vw(
@@ -198,6 +266,16 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
             spec = _spec("norm_reduce_cols", problem, vw, (cols * CX, nchunks * CY), (CX, CY))
             args = (Tensor("x"), t("dy" if backward else None), ws, np.int64(0), np.int64(geo.K))
             args += (np.int64(geo.rows), np.int64(geo.rstride), np.int64(rpc), np.int32(flags))
+            steps.append(Launch(spec, args))
+        elif geo is not None and split:
+            klo = geo.klo or geo.K
+            nchunks, spc = split_chunks(ctx, geo.K // klo, geo.S, geo.sstride * dtype.itemsize)
+            spec = _spec("norm_reduce_split_cpu", problem, 1, *cpu_grid(geo.K // klo * nchunks))
+            pkm, pkmul = (pmap[2], pmap[3]) if pmap else (1, 0)
+            args = (Tensor("x"), t("dy" if backward else None), weight, ws, np.int64(0))
+            nums = (geo.K, geo.S, geo.L, geo.kstride, geo.sstride, spc, nchunks)
+            args += (*(np.int64(v) for v in nums), np.int32(flags), np.int64(pkm), np.int64(pkmul))
+            args += (np.int64(klo), np.int64(geo.khi))
             steps.append(Launch(spec, args))
         elif geo is not None:
             step = VEC_BYTES // dtype.itemsize
@@ -245,6 +323,8 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
     steps.append(Launch(spec, args))
 
     affine = np.int32(1 if problem.affine else 0)
+    coef2: int | None = None  # the expanded coefficients of cycling keys (CPU OpenCL)
+    cyc = None
     if geo is not None:
         if problem.affine and pmap is None:
             raise AssertionError("packed apply with per-element weights needs param_map()")
@@ -254,7 +334,12 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         tail = tuple(np.int64(v) for v in (coef, K, geo.n, geo.kd, geo.km, pd, pm)) + (affine,)
         tail += (np.int64(geo.kd2 or geo.n), np.int64(geo.kmul2))
         flat = apply_2d_layout(geo.n, geo.kd, geo.km, geo.kd2, geo.kmul2, pd, pm, problem.affine)
-        if uses_2d_apply(ctx) and flat is not None:
+        cyc = cycling_keys(geo.n, geo.kd, geo.km, geo.kd2, geo.kmul2, K, pd, pm, problem.affine)
+        if uses_2d_apply(ctx) and flat is None and cyc is not None and dtype.itemsize < 8:
+            coef2 = workspace // 4
+            steps += _cycling_apply(problem, geo, cyc, backward, coef, coef2, weight, ws)
+            workspace += 6 * cyc[1] * 4
+        elif uses_2d_apply(ctx) and flat is not None:
             d0, kq, kq2, kmode, pq, pmode = flat
             spec = _spec("norm_apply_2d", problem, 1, *apply_2d_grid(geo.n, d0))
             args = (Tensor("x"), Tensor("dy") if backward else Tensor("x"), Tensor("dx" if backward else "y"))
@@ -284,7 +369,20 @@ def norm_program(ctx, problem: NormProblem, packed: bool) -> Program:
         steps.append(Launch(spec, args))
 
     pgrad = getattr(problem, "packed_pgrad", lambda: None)() if packed else None
-    if kind == "ln_bwd" and problem.affine and pgrad is not None:
+    if kind == "ln_bwd" and problem.affine and coef2 is not None and cyc_pgrad(geo, cyc, pgrad):
+        part = workspace // 4
+        nchunks = _pgrad_chunks(ctx, pgrad)
+        rpc = -(-pgrad.rows // nchunks)
+        nchunks = -(-pgrad.rows // rpc)
+        spec = _spec("norm_pgrad_cyc_cpu", problem, 1, *cpu_grid(nchunks))
+        nums = (part, coef2, cyc[1], pgrad.P, pgrad.rows, rpc, nchunks, pgrad.rdiv)
+        steps.append(Launch(spec, (Tensor("x"), Tensor("dy"), ws, *(np.int64(v) for v in nums))))
+        gs, ls = grid_1d(pgrad.P)
+        finish = _spec("norm_pgrad_finish", problem, 1, gs, ls)
+        fargs = (ws, Tensor("dweight"), Tensor("dbias"), np.int64(part), np.int64(pgrad.P), np.int64(nchunks))
+        steps.append(Launch(finish, fargs))
+        workspace += 2 * pgrad.P * nchunks * 4
+    elif kind == "ln_bwd" and problem.affine and pgrad is not None:
         part = workspace // 4
         steps += _packed_pgrad(ctx, problem, pgrad, part, coef, K)
         workspace += 2 * pgrad.P * _pgrad_chunks(ctx, pgrad) * 4
@@ -387,6 +485,8 @@ def ln_rows_program(ctx, problem) -> Program:
     assert not isinstance(shape, str), shape
     L, vw, local, per = shape
     rows = problem.x.element_count // L
+    if cpu_kernels(ctx) and problem.x.dtype.itemsize < 8:
+        return _ln_rows_cpu_program(ctx, problem, L, rows)
     if problem.norm_kind == "ln_bwd":
         return _ln_rows_bwd_program(ctx, problem, L, vw, local, per, rows)
     spec = _spec("ln_rows_fwd", problem, vw, (min(rows, MAX_GROUPS) * local,), (local,))
@@ -397,6 +497,34 @@ def ln_rows_program(ctx, problem) -> Program:
     args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(rows), np.int32(L))
     args += (Scalar("epsilon", "float32", problem.epsilon), np.int32(1 if problem.affine else 0))
     return Program((Launch(spec, args),))
+
+
+def _ln_rows_cpu_program(ctx, problem, L: int, rows: int) -> Program:
+    """ln_rows_fwd_cpu (a work item per row) or ln_rows_bwd_cpu (a work item per chunk of rows,
+    then ln_pgrad_finish over the chunks' weight-gradient rows when there are weights)."""
+    affine = problem.affine
+    w = Tensor("weight") if affine else Tensor("x")
+    if problem.norm_kind != "ln_bwd":
+        spec = _spec("ln_rows_fwd_cpu", problem, 1, *cpu_grid(rows))
+        b = Tensor("bias") if affine else Tensor("x")
+        args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(rows), np.int32(L))
+        args += (Scalar("epsilon", "float32", problem.epsilon), np.int32(1 if affine else 0))
+        return Program((Launch(spec, args),))
+    cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+    nchunks = max(1, min(rows, cus * 4))
+    rpc = -(-rows // nchunks)
+    nchunks = -(-rows // rpc)
+    spec = _spec("ln_rows_bwd_cpu", problem, 1, *cpu_grid(nchunks))
+    ws = Workspace()
+    flag = np.int32(1 if affine else 0)
+    args = (Tensor("x"), Tensor("dy"), w, Tensor("mean"), Tensor("rstd"), Tensor("dx"), ws)
+    args += (np.int64(rows), np.int32(L), flag, flag, np.int64(rpc), np.int64(nchunks))
+    steps = [Launch(spec, args)]
+    if not affine:
+        return Program(tuple(steps), 0)
+    finish = _spec("ln_pgrad_finish", problem, 1, (-(-L // LN_FX) * LN_FX, LN_FY), (LN_FX, LN_FY))
+    steps.append(Launch(finish, (ws, Tensor("dweight"), Tensor("dbias"), np.int64(L), np.int64(nchunks))))
+    return Program(tuple(steps), 2 * nchunks * L * 4)
 
 
 LN_BWD_THREADS = 512  # work items per work-group of ln_rows_bwd on CUDA (several rows)
