@@ -827,7 +827,16 @@ KERNEL void norm_pgrad_rows(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
 }
 #endif
 
-/* dw[p], db[p] (dense) from the partial sums of nchunks chunks, in a fixed order. */
+/* Chunk c's two rows of P partial sums (dweight, then dbias) at ws[part + c * 2 * P], zeroed:
+   the start of the CPU partial-gradient kernels. */
+DEVICE_FN GLOBAL float* pgrad_chunk_zeroed(GLOBAL float* ws, i64 part, i64 P, i64 c)
+{
+    GLOBAL float* pa = ws + part + (c * 2) * P;
+    for(i64 col = 0; col < 2 * P; ++col)
+        pa[col] = 0.0f;
+    return pa;
+}
+
 /* norm_pgrad_cols for CPU OpenCL devices: work item c takes rows [c * rows_per_chunk, ...) and
    accumulates every column into its own partial sums ws[part + (c * 2 + {0, 1}) * P + col] in a
    loop along the row (the key's coefficients per row when cdiv >= P, as in layer norm). */
@@ -840,13 +849,8 @@ KERNEL void norm_pgrad_cols_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL
     const i64 c = GLOBAL_ID0;
     if(c >= nchunks)
         return;
-    GLOBAL float* RESTRICT pa = ws + part + (c * 2) * P;
+    GLOBAL float* RESTRICT pa = pgrad_chunk_zeroed(ws, part, P, c);
     GLOBAL float* RESTRICT pb = pa + P;
-    for(i64 col = 0; col < P; ++col)
-    {
-        pa[col] = 0.0f;
-        pb[col] = 0.0f;
-    }
     const i64 r0 = c * rows_per_chunk;
     const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
     for(i64 row = r0; row < r1; ++row)
@@ -932,6 +936,7 @@ KERNEL void norm_pgrad_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL
 }
 #endif
 
+/* dw[p], db[p] (dense) from the partial sums of nchunks chunks, in a fixed order. */
 #if NORM_WANT(norm_pgrad_finish)
 KERNEL void norm_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* RESTRICT dw,
                               GLOBAL param_t* RESTRICT db, i64 part, i64 P, i64 nchunks)
@@ -1156,13 +1161,8 @@ KERNEL void norm_pgrad_cyc_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
     const i64 c = GLOBAL_ID0;
     if(c >= nchunks)
         return;
-    GLOBAL float* RESTRICT pa = ws + part + (c * 2) * P;
+    GLOBAL float* RESTRICT pa = pgrad_chunk_zeroed(ws, part, P, c);
     GLOBAL float* RESTRICT pb = pa + P;
-    for(i64 col = 0; col < P; ++col)
-    {
-        pa[col] = 0.0f;
-        pb[col] = 0.0f;
-    }
     const i64 r0 = c * rows_per_chunk;
     const i64 r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
     for(i64 row = r0; row < r1; ++row)
