@@ -65,7 +65,7 @@ def test_applicability():
     reasons = {
         "direction": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), "B", pads=(1, 1)),
         "dtype": make("fp32", (2, 16, 8, 8), (16, 16, 3, 3), pads=(1, 1)),
-        "groups": make("fp16", (2, 16, 8, 8), (16, 8, 3, 3), pads=(1, 1), groups=2),
+        "per group": make("fp16", (2, 16, 8, 8), (16, 4, 3, 3), pads=(1, 1), groups=4),
         "NHWC": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), layouts=("NCHW",) * 3, pads=(1, 1)),
         "multiples of 8": make("fp16", (2, 12, 8, 8), (16, 12, 3, 3), pads=(1, 1)),
         "3-d": make("fp16", (1, 8, 2, 4, 4), (8, 8, 1, 3, 3), layouts=("NDHWC",) * 3, pads=(0, 1, 1)),

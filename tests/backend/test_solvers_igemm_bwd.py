@@ -64,7 +64,7 @@ def test_applicability(direction):
         "direction": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), "F", pads=(1, 1)),
         "DIRECTION": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), other, pads=(1, 1)),
         "dtype": make("fp32", (2, 16, 8, 8), (16, 16, 3, 3), direction, pads=(1, 1)),
-        "groups": make("fp16", (2, 16, 8, 8), (16, 8, 3, 3), direction, pads=(1, 1), groups=2),
+        "per group": make("fp16", (2, 16, 8, 8), (16, 4, 3, 3), direction, pads=(1, 1), groups=4),
         "NHWC": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), direction, ("NCHW",) * 3, pads=(1, 1)),
         "multiples of 8": make("fp16", (2, 16, 8, 8), (12, 16, 3, 3), direction, pads=(1, 1)),
     }

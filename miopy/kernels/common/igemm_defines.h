@@ -28,6 +28,11 @@
 #define IG_DH 1
 #define IG_DW 1
 #endif
+#ifndef IG_G
+#define IG_G 1 /* groups: IG_C and IG_K are then the channels of one group */
+#endif
+#define IG_XC (IG_C * IG_G) /* x's (dx's) pixel stride: all groups' channels */
+#define IG_YK (IG_K * IG_G) /* y's (dy's) pixel stride */
 #ifndef IG_FRAG_BUFS
 #define IG_FRAG_BUFS 1 /* 2: double-buffered fragments */
 #endif
@@ -43,6 +48,20 @@
 
 #if MIOPY_DTYPE == 0
 #error "the implicit-GEMM kernels are for fp16 and bf16 (MIOPY_DTYPE 1 or 2)"
+#endif
+
+/* The group of this block and its index among the group's blocks: with IG_G > 1 the grid's x is
+   IG_G equal runs of blocks, one per group (the group's channels are then a slice of x and y and
+   a run of the filter's rows). */
+#if IG_G > 1
+#define IG_GROUP_OF_BLOCK(g, bid)              \
+    const int bid##_run = gridDim.x / IG_G;     \
+    const int g = blockIdx.x / bid##_run;       \
+    const int bid = blockIdx.x - g * bid##_run
+#else
+#define IG_GROUP_OF_BLOCK(g, bid) \
+    const int g = 0;              \
+    const int bid = blockIdx.x
 #endif
 
 #define IG_THREADS (IG_WARPS_M * IG_WARPS_N * 32)

@@ -1,5 +1,6 @@
 /* Implicit-GEMM backward-data convolution on tensor cores (ConvIgemmBwdNhwc): fp16 or bf16 in,
-   fp32 accumulation, packed NHWC dy and dx, filter packed K x R x S x C, groups = 1.
+   fp32 accumulation, packed NHWC dy and dx, filter packed K x R x S x C; with IG_G groups, each
+   group's blocks a run of the grid working on its slice of channels.
 
    dx[n][h][w][c] = sum over k, r, s of dy[n][p][q][k] * w[k][r][s][c], where
    h = p * SH - PH + r * DH and w = q * SW - PW + s * DW. For a stride > 1 the dx pixels split
@@ -12,7 +13,7 @@
    as it lies, rows k (the reduction) and C contiguous, read with ldmatrix.trans.
 
    With IG_SPLIT_K > 1 the reduction splits over blockIdx.z, fp32 partials go to the workspace
-   (IG_SPLIT_K x N*H*W x C floats) and igemm_bwd_splitk_reduce sums them into dx; with IG_CLUSTER
+   (IG_SPLIT_K x N*H*W x C floats, laid out as dx) and igemm_bwd_splitk_reduce sums them into dx; with IG_CLUSTER
    the slices of a tile are one cluster and sum in distributed shared memory straight into dx.
 
    Needs C % 8 == 0 and K % 8 == 0. */
@@ -22,6 +23,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_BM=64 -DIG_BN=32 -DIG_BK=32 -DIG_WARPS_M=2 -DIG_WARPS_N=1 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=3 -DIG_BM=64 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_G=4 -DIG_SPLIT_K=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=3 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1 -DIG_RSTEP=1 -DIG_SSTEP=2
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -70,8 +72,12 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int m0 = (blockIdx.x / IG_TILES_N) * IG_BM;
-    const int n0 = (blockIdx.x % IG_TILES_N) * IG_BN;
+    IG_GROUP_OF_BLOCK(g, bid);
+    dy += g * IG_K; /* this group's channels of dy and dx, its run of filter rows */
+    w += (i64)g * IG_K * IG_R * IG_S * IG_C;
+    dx += g * IG_C;
+    const int m0 = (bid / IG_TILES_N) * IG_BM;
+    const int n0 = (bid % IG_TILES_N) * IG_BN;
 
     /* ---- the phase: its first dx row / column, its size, and the filter taps that reach it ---- */
     const int th = blockIdx.y / IG_SW, tw = blockIdx.y - (blockIdx.y / IG_SW) * IG_SW;
@@ -109,7 +115,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
         const int rem = m - n * pix;
         const int i = rem / wph;
         const bool ok = n < IG_N;
-        a_img[it] = ok ? n * (IG_P * IG_Q * IG_K) : 0;
+        a_img[it] = ok ? n * (IG_P * IG_Q * IG_YK) : 0;
         a_i[it] = ok ? i : -(1 << 24);
         a_j[it] = rem - i * wph;
     }
@@ -138,7 +144,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
             const int p = a_i[it] + dp;
             const int q = a_j[it] + dq;
             const bool ok = k_ok && (unsigned)p < (unsigned)IG_P && (unsigned)q < (unsigned)IG_Q;
-            const data_t* src = dy + (ok ? a_img[it] + (p * IG_Q + q) * IG_K + k : 0);
+            const data_t* src = dy + (ok ? a_img[it] + (p * IG_Q + q) * IG_YK + k : 0);
             cp_async_16(a_dst + swizzle<IG_ACH>(arow0 + it * IG_A_STEP, acol) * 16, src, ok);
         }
 #pragma unroll
@@ -174,19 +180,19 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
         const int i = rem / wph;
         const int h = h0 + i * IG_SH;
         const int x = w0 + (rem - i * wph) * IG_SW;
-        return ((n * IG_H + h) * IG_W + x) * IG_C + n0;
+        return ((n * IG_H + h) * IG_W + x) * IG_XC + n0;
     };
 #if IG_CLUSTER
     cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
                                                                          IG_C - n0, dx, row_off);
 #else
     store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, (IG_SPLIT_K > 1)>(
-        smem, acc, wm0, wn0, lane, tid, IG_C - n0, dx, ws + (i64)blockIdx.z * IG_NPIX * IG_C, row_off);
+        smem, acc, wm0, wn0, lane, tid, IG_C - n0, dx, ws + (i64)blockIdx.z * IG_NPIX * IG_XC + g * IG_C, row_off);
 #endif
 }
 
 /* Split-K: dx = the sum of the IG_SPLIT_K fp32 partial results, 8 channels per thread. */
 KERNEL void igemm_bwd_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dx)
 {
-    splitk_sum<IG_SPLIT_K>(ws, dx, (i64)IG_NPIX * IG_C);
+    splitk_sum<IG_SPLIT_K>(ws, dx, (i64)IG_NPIX * IG_XC);
 }

@@ -1,5 +1,6 @@
 /* Implicit-GEMM forward convolution on tensor cores (ConvIgemmFwdNhwc): fp16 or bf16 in,
-   fp32 accumulation, packed NHWC x and y, filter packed K x R x S x C (NHWC order), groups = 1.
+   fp32 accumulation, packed NHWC x and y, filter packed K x R x S x C (NHWC order); with IG_G
+   groups, each group's blocks a run of the grid working on its slice of channels.
 
    GEMM view: D[m][k] = sum_j A[m][j] * B[k][j] with m = (n, p, q) an output pixel (M = N*P*Q),
    k an output channel and j = (r, s, c) a filter tap (KD = R*S*C). Both A and B are contiguous
@@ -29,6 +30,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=3 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=8 -DIG_CLUSTER=1 -DIG_BM=256 -DIG_BN=128 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_G=4 -DIG_SPLIT_K=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_G=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -75,7 +78,10 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int bid = blockIdx.x;
+    IG_GROUP_OF_BLOCK(g, bid);
+    x += g * IG_C; /* this group's channels of x and y, its run of filter rows */
+    w += (i64)g * IG_K * IG_KD;
+    y += g * IG_K;
     const int m0 = (bid / IG_TILES_N) * IG_BM;
     const int n0 = (bid % IG_TILES_N) * IG_BN;
     const u32 smem_base = smem_addr(smem);
@@ -98,7 +104,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
         const int p = pq / IG_Q;
         const int q = pq - p * IG_Q;
         const bool ok = m < IG_M;
-        a_img[i] = ok ? n * (IG_H * IG_W * IG_C) : 0;
+        a_img[i] = ok ? n * (IG_H * IG_W * IG_XC) : 0;
         a_ih[i] = ok ? p * IG_SH - IG_PH : -(1 << 24);
         a_iw[i] = q * IG_SW - IG_PW;
     }
@@ -118,7 +124,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
             const int ih = a_ih[i] + r * IG_DH;
             const int iw = a_iw[i] + s * IG_DW;
             const bool ok = k_ok && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
-            const data_t* src = x + (ok ? a_img[i] + (ih * IG_W + iw) * IG_C + c : 0);
+            const data_t* src = x + (ok ? a_img[i] + (ih * IG_W + iw) * IG_XC + c : 0);
             cp_async_16(a_dst + swizzle<IG_CH>(row0 + i * IG_ROW_STEP, col) * 16, src, ok);
         }
 #pragma unroll
@@ -145,12 +151,12 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
 
 #if IG_CLUSTER
     /* ---- cluster split-K: the slices sum through distributed shared memory into y ---- */
-    auto row_off = [&](int row) -> int { return m0 + row < IG_M ? (m0 + row) * IG_K + n0 : -1; };
+    auto row_off = [&](int row) -> int { return m0 + row < IG_M ? (m0 + row) * IG_YK + n0 : -1; };
     cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
                                                                          IG_K - n0, y, row_off);
 #elif IG_SPLIT_K > 1
     /* ---- split-K epilogue: fp32 partial sums to the workspace, slice blockIdx.y ---- */
-    float* part = ws + (i64)blockIdx.y * IG_M * IG_K;
+    float* part = ws + (i64)blockIdx.y * IG_M * IG_YK + g * IG_K; /* laid out as y */
 #pragma unroll
     for(int i = 0; i < IG_MI; ++i)
 #pragma unroll
@@ -161,9 +167,9 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
             if(k < IG_K)
             {
                 if(row < IG_M)
-                    *reinterpret_cast<float2*>(part + (i64)row * IG_K + k) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(part + (i64)row * IG_YK + k) = make_float2(acc[i][j][0], acc[i][j][1]);
                 if(row + 8 < IG_M)
-                    *reinterpret_cast<float2*>(part + (i64)(row + 8) * IG_K + k) =
+                    *reinterpret_cast<float2*>(part + (i64)(row + 8) * IG_YK + k) =
                         make_float2(acc[i][j][2], acc[i][j][3]);
             }
         }
@@ -191,7 +197,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
         const int m = m0 + row;
         const int k = n0 + ch * 8;
         if(m < IG_M && k < IG_K)
-            *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = smem[(row * IG_PITCH) / 8 + ch];
+            *reinterpret_cast<uint4*>(y + ((i64)m * IG_YK + k)) = smem[(row * IG_PITCH) / 8 + ch];
     }
 #endif
 }
@@ -199,5 +205,5 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
 /* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */
 KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y)
 {
-    splitk_sum<IG_SPLIT_K>(ws, y, (i64)IG_M * IG_K);
+    splitk_sum<IG_SPLIT_K>(ws, y, (i64)IG_M * IG_YK);
 }

@@ -1,5 +1,6 @@
 /* Implicit-GEMM backward-weights convolution on tensor cores (ConvIgemmWrwNhwc): fp16 or bf16
-   in, fp32 accumulation, packed NHWC x and dy, dw packed K x R x S x C, groups = 1.
+   in, fp32 accumulation, packed NHWC x and dy, dw packed K x R x S x C; with IG_G groups, each
+   group's blocks a run of the grid working on its slice of channels (its dw rows are contiguous).
 
    dw[k][r][s][c] = sum over (n, p, q) of dy[n][p][q][k] * x[n][p*SH - PH + r*DH][q*SW - PW + s*DW][c]
 
@@ -21,6 +22,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=1 -DIG_BM=32 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=1 -DIG_WARPS_N=2 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=48 -DIG_BM=128 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=6 -DIG_CLUSTER=1 -DIG_BM=128 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=1 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_G=4 -DIG_SPLIT_K=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_G=3 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -69,8 +72,12 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int m0 = (blockIdx.x / IG_TILES_N) * IG_BM;
-    const int n0 = (blockIdx.x % IG_TILES_N) * IG_BN;
+    IG_GROUP_OF_BLOCK(g, bid);
+    x += g * IG_C; /* this group's channels of x and dy, its run of dw rows */
+    dy += g * IG_K;
+    dw += (i64)g * IG_K * IG_RSC;
+    const int m0 = (bid / IG_TILES_N) * IG_BM;
+    const int n0 = (bid % IG_TILES_N) * IG_BN;
     const int kt0 = (int)((long long)blockIdx.y * IG_KT / IG_SPLIT_K);
     const int nkt = (int)((long long)(blockIdx.y + 1) * IG_KT / IG_SPLIT_K) - kt0;
 
@@ -102,7 +109,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
             const int row = arow0 + it * IG_A_STEP;
             const int m = pix0 + row;
             const bool ok = k_ok && m < IG_NPQ;
-            const data_t* src = dy + (ok ? (i64)m * IG_K + k_a : 0);
+            const data_t* src = dy + (ok ? (i64)m * IG_YK + k_a : 0);
             cp_async_16(a_dst + swizzle<IG_ACH>(row, acol) * 16, src, ok);
         }
 #pragma unroll
@@ -116,7 +123,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
             const int ih = p * IG_SH + h_off;
             const int iw = (pq - p * IG_Q) * IG_SW + w_off;
             const bool ok = tap_ok && m < IG_NPQ && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
-            const data_t* src = x + (ok ? (i64)((n * IG_H + ih) * IG_W + iw) * IG_C + c : 0);
+            const data_t* src = x + (ok ? (i64)((n * IG_H + ih) * IG_W + iw) * IG_XC + c : 0);
             cp_async_16(b_dst + swizzle<IG_BCH>(row, bcol) * 16, src, ok);
         }
     };
@@ -140,12 +147,13 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
                                                                          IG_RSC - n0, dw, row_off);
 #else
     store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, (IG_SPLIT_K > 1)>(
-        smem, acc, wm0, wn0, lane, tid, IG_RSC - n0, dw, ws + (i64)blockIdx.y * IG_K * IG_RSC, row_off);
+        smem, acc, wm0, wn0, lane, tid, IG_RSC - n0, dw, ws + (i64)blockIdx.y * IG_G * IG_K * IG_RSC + (i64)g * IG_K * IG_RSC,
+        row_off);
 #endif
 }
 
 /* Split-K: dw = the sum of the IG_SPLIT_K fp32 partial results, 8 taps per thread. */
 KERNEL void igemm_wrw_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dw)
 {
-    splitk_sum<IG_SPLIT_K>(ws, dw, (i64)IG_K * IG_RSC);
+    splitk_sum<IG_SPLIT_K>(ws, dw, (i64)IG_G * IG_K * IG_RSC);
 }

@@ -136,24 +136,33 @@ def not_nhwc_reason(problem: ConvProblem) -> str | None:
     return None
 
 
-def nhwc_tensor_core_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+def group_channels(problem: ConvProblem) -> tuple[int, int]:
+    """(C, K) of one group: the input and output channels each group's GEMM sees."""
+    groups = problem.conv.groups
+    return problem.x.lens[1] // groups, problem.w.lens[0] // groups
+
+
+def nhwc_tensor_core_reason(
+    ctx, problem: ConvProblem, direction: Direction, grouped: bool = False
+) -> str | None:
     """Why the tensor-core implicit-GEMM kernels cannot take ``problem`` in ``direction`` (None
-    when they can): CUDA, 2-D, fp16 or bf16, groups = 1, packed NHWC tensors, C and K multiples
-    of 8, every tensor under 2^31 elements (the kernels index with int32)."""
+    when they can): CUDA, 2-D, fp16 or bf16, groups = 1 unless ``grouped`` (kernels that run
+    each group as its own run of blocks), packed NHWC tensors, C and K of a group multiples of
+    8, every tensor under 2^31 elements (the kernels index with int32)."""
     why = cuda_2d_reason(ctx, problem, direction)
     if why:
         return why
     if problem.dtype not in (DataType.FP16, DataType.BF16):
         return f"dtype is {problem.dtype.value}, not FP16 or BF16"
-    if problem.conv.groups != 1:
+    if problem.conv.groups != 1 and not grouped:
         return f"groups={problem.conv.groups}"
     why = not_nhwc_reason(problem)
     if why:
         return why
-    c = problem.x.lens[1]
-    k = problem.w.lens[0]
+    c, k = group_channels(problem)
     if c % 8 or k % 8:
-        return f"C={c} and K={k} must be multiples of 8"
+        per = " per group" if problem.conv.groups != 1 else ""
+        return f"C={c} and K={k}{per} must be multiples of 8"
     for role, desc in (("x", problem.x), ("w", problem.w), ("y", problem.y)):
         if desc.element_space > INT32_MAX:
             return f"{role} has more than 2^31 elements"
@@ -245,9 +254,11 @@ def with_splits(
 
 def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) -> dict[str, Any]:
     """The kernels' compile-time defines: MIOPY_DTYPE, the conv view's shape as IG_N ... IG_DW
-    (and ``extra`` as IG_<name>), and the config's fields as IG_<FIELD>."""
-    n, c, h, w = problem.x.lens
-    k, _, r, s = problem.w.lens
+    (C and K of one group, and IG_G, the groups, where there are several), ``extra`` as
+    IG_<name>, and the config's fields as IG_<FIELD>."""
+    n, _, h, w = problem.x.lens
+    _, _, r, s = problem.w.lens
+    c, k = group_channels(problem)
     _, _, p, q = problem.y.lens
     shape = {
         "N": n,
@@ -267,6 +278,8 @@ def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) ->
         "DW": problem.conv.dilations[1],
         **extra,
     }
+    if problem.conv.groups != 1:
+        shape["G"] = problem.conv.groups
     defines: dict[str, Any] = {"MIOPY_DTYPE": problem.dtype.code}
     defines.update({f"IG_{name}": int(v) for name, v in shape.items()})
     defines.update({f"IG_{f.upper()}": config[f] for f in FIELDS})
@@ -312,7 +325,7 @@ class IgemmSolver(TunableSolver):
     kernel_specs: ClassVar[Callable[[ConvProblem, dict[str, int]], list[KernelSpec]]]
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        return nhwc_tensor_core_reason(ctx, problem, self.direction)
+        return nhwc_tensor_core_reason(ctx, problem, self.direction, grouped=True)
 
     # ---- configs ---------------------------------------------------------------------------------
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:

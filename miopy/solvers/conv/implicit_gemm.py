@@ -3,8 +3,9 @@ family), CUDA only: kernels/cuda/igemm_fwd.cu on kernels/common/igemm_core.h.
 
 GEMM view: M = N*Ho*Wo output pixels, N = K output channels, reduction over R*S*C filter taps,
 the im2col gather done while loading tiles (no workspace). fp16 or bf16 in, fp32 accumulation,
-packed NHWC x and y, filter packed in NHWC order (K, R, S, C), groups = 1, C and K multiples of 8
-(16-byte loads of 8 channels). Any stride, padding and dilation. Shape and config are compiled in.
+packed NHWC x and y, filter packed in NHWC order (K, R, S, C), C and K of a group multiples of 8
+(16-byte loads of 8 channels); with groups, each group is its own run of blocks. Any stride,
+padding and dilation. Shape and config are compiled in.
 
 The config is the block tile (``bm`` x ``bn`` outputs, ``bk`` taps per pipeline stage), the warp
 grid (``warps_m`` x ``warps_n``) and the cp.async pipeline depth (``stages``)."""
@@ -19,6 +20,7 @@ from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
     IgemmSolver,
     gemm_specs,
+    group_channels,
     shape_defines,
     split_workspace_bytes,
     tile_smem_bytes,
@@ -41,8 +43,8 @@ PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SHORT, DEFAULT_SMALL_GRID, DE
 
 
 def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
-    """Pipeline steps of the whole reduction (R*S*C taps, ``bk`` at a time)."""
-    k, c, r, s = problem.w.lens
+    """Pipeline steps of the whole reduction (R*S*C taps of a group, ``bk`` at a time)."""
+    _, c, r, s = problem.w.lens
     return -(-(r * s * c) // config["bk"])
 
 
@@ -58,9 +60,10 @@ def smem_bytes(config: dict[str, int]) -> int:
 
 
 def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
+    """Output tiles of every group (one block each, before a split)."""
     n, _, ho, wo = problem.y.lens
-    k = problem.w.lens[0]
-    return -(-(n * ho * wo) // config["bm"]) * -(-k // config["bn"])
+    _, k = group_channels(problem)
+    return -(-(n * ho * wo) // config["bm"]) * -(-k // config["bn"]) * problem.conv.groups
 
 
 def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
@@ -90,7 +93,8 @@ class ConvIgemmFwdNhwc(IgemmSolver):
         per multiprocessor, DEFAULT_TINY_GRID where that grid is still small and
         K >= 128, split in a cluster where the grid is small (cluster_default_split); FALLBACKS
         where shared memory is short."""
-        k, c, r, s = problem.w.lens
+        _, c, r, s = problem.w.lens
+        k = group_channels(problem)[1]
         if k <= 64:
             first = DEFAULT_NARROW
         elif r * s * c <= 128:
@@ -105,4 +109,4 @@ class ConvIgemmFwdNhwc(IgemmSolver):
         shapes no wider than the next power of two of K (at least 32), each also split where the
         unsplit grid has fewer than 2 blocks per multiprocessor, into at most 4 blocks per
         multiprocessor, each slice keeping MIN_SLICE_TILES pipeline steps."""
-        return self.small_grid_search_space(ctx, problem, problem.w.lens[0], grid_blocks)
+        return self.small_grid_search_space(ctx, problem, group_channels(problem)[1], grid_blocks)

@@ -23,6 +23,7 @@ from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
     IgemmSolver,
     gemm_specs,
+    group_channels,
     shape_defines,
     split_workspace_bytes,
     tile_smem_bytes,
@@ -49,8 +50,9 @@ def phase_steps(problem: ConvProblem) -> tuple[int, int]:
 
 
 def max_k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
-    """Reduction tiles of the phase with the most taps: taps x ceil(K / bk)."""
-    k, _, r, s = problem.w.lens
+    """Reduction tiles of the phase with the most taps: taps x ceil(K of a group / bk)."""
+    _, _, r, s = problem.w.lens
+    k = group_channels(problem)[1]
     rstep, sstep = phase_steps(problem)
     return -(-r // rstep) * -(-s // sstep) * -(-k // config["bk"])
 
@@ -63,9 +65,9 @@ def phase_rows(problem: ConvProblem) -> int:
 
 
 def tiles(problem: ConvProblem, config: dict[str, int]) -> int:
-    """Output tiles of one phase (the grid's x)."""
-    c = problem.x.lens[1]
-    return -(-phase_rows(problem) // config["bm"]) * -(-c // config["bn"])
+    """Output tiles of one phase, every group's (the grid's x)."""
+    c = group_channels(problem)[0]
+    return -(-phase_rows(problem) // config["bm"]) * -(-c // config["bn"]) * problem.conv.groups
 
 
 def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
@@ -110,7 +112,8 @@ class ConvIgemmBwdNhwc(IgemmSolver):
         fewer than SMALL_GRID_PER_CU blocks per multiprocessor, DEFAULT_TINY_GRID where that grid
         is still small and C >= 128, split in a cluster where the grid is small
         (cluster_default_split); FALLBACKS where shared memory is short."""
-        k, c, r, s = problem.w.lens
+        _, _, r, s = problem.w.lens
+        c, k = group_channels(problem)
         rstep, sstep = phase_steps(problem)
         if c <= 64:
             first = DEFAULT_NARROW
@@ -125,4 +128,4 @@ class ConvIgemmBwdNhwc(IgemmSolver):
         """As ConvIgemmFwdNhwc's: the curated shapes no wider than the next power of two of C
         (at least 32), each also split where the unsplit grid has fewer than 2 blocks per
         multiprocessor, into at most 4 per multiprocessor, slices keeping MIN_SLICE_TILES steps."""
-        return self.small_grid_search_space(ctx, problem, problem.x.lens[1], grid_blocks)
+        return self.small_grid_search_space(ctx, problem, group_channels(problem)[0], grid_blocks)

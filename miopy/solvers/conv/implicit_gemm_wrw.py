@@ -24,6 +24,7 @@ from miopy.solvers.conv.igemm_common import (
     IgemmSolver,
     compute_units,
     gemm_specs,
+    group_channels,
     pow2_cap,
     shape_defines,
     split_workspace_bytes,
@@ -60,9 +61,10 @@ def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
 
 
 def tiles(problem: ConvProblem, config: dict[str, int]) -> int:
-    """Output tiles of dw (the grid's x)."""
-    k, c, r, s = problem.w.lens
-    return -(-k // config["bm"]) * -(-(r * s * c) // config["bn"])
+    """Output tiles of dw, every group's (the grid's x)."""
+    _, c, r, s = problem.w.lens
+    k = group_channels(problem)[1]
+    return -(-k // config["bm"]) * -(-(r * s * c) // config["bn"]) * problem.conv.groups
 
 
 def smem_bytes(config: dict[str, int]) -> int:
@@ -115,7 +117,8 @@ class ConvIgemmWrwNhwc(IgemmSolver):
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """DEFAULT_NARROW for K <= 64 with a dw row longer than 64, else DEFAULT_WIDE
         (FALLBACKS where shared memory is short), with default_split's split of the reduction."""
-        k, c, r, s = problem.w.lens
+        _, c, r, s = problem.w.lens
+        k = group_channels(problem)[1]
         chain = [DEFAULT_NARROW if k <= 64 < r * s * c else DEFAULT_WIDE, *FALLBACKS]
         valid = [cfg for cfg in chain if self.is_valid_config(ctx, problem, cfg)]
         config = dict(valid[0] if valid else chain[-1])
@@ -133,6 +136,6 @@ class ConvIgemmWrwNhwc(IgemmSolver):
             at = order.index(default_split(problem, config, cus))
             yield from order[max(0, at - 1) : at + 2]
 
-        candidates = with_splits(tile_candidates(DOMAIN, cap_m=pow2_cap(problem.w.lens[0])), splits)
+        candidates = with_splits(tile_candidates(DOMAIN, cap_m=pow2_cap(group_channels(problem)[1])), splits)
         out = [c for c in candidates if self.is_valid_config(ctx, problem, c)]
         return out or [self.default_config(ctx, problem)]
