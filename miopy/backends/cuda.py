@@ -29,6 +29,7 @@ import re
 import statistics
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -324,6 +325,16 @@ _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13  # DLPack device types
 
 
+def _external_stream(cp, ptr: int, device_id: int) -> Any:
+    """A CuPy view of a stream miopy does not own (a framework's). CuPy 14 deprecates
+    ``ExternalStream`` for ``Stream.from_external``, but the latter makes a ``Stream``, whose
+    finaliser destroys the handle it wraps when collected: that would destroy the framework's
+    stream. So ExternalStream stays, with its deprecation warning silenced here only."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cp.cuda.ExternalStream(ptr, device_id)
+
+
 class Backend(BackendBase):
     """Buffers are flat ``uint8`` CuPy arrays (``alloc``, ``upload``, ``wrap``); kernels are CuPy
     ``Function`` objects; ``stream`` is the CuPy stream all work goes to."""
@@ -441,7 +452,7 @@ class Backend(BackendBase):
             raise bad("stream", type(stream).__name__, "expected a CuPy or PyTorch stream, an int or None")
         if ptr == self._sptr and self.stream is not None:
             return
-        self.stream = cp.cuda.Stream.null if ptr == 0 else cp.cuda.ExternalStream(ptr, self.device_id)
+        self.stream = cp.cuda.Stream.null if ptr == 0 else _external_stream(cp, ptr, self.device_id)
         self._sptr = ptr
         self._c_sptr = ctypes.c_void_p(ptr)
 
