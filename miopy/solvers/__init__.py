@@ -24,7 +24,13 @@ from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc
+from miopy.solvers.conv.implicit_gemm_pad_tf32x3 import (
+    ConvIgemmPadBwdTf32x3,
+    ConvIgemmPadFwdTf32x3,
+    ConvIgemmPadWrwTf32x3,
+)
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
+from miopy.solvers.conv.implicit_gemm_phase_tf32x3 import ConvIgemmBwdPhaseTf32x3
 from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgemmFwdTf32x3
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
@@ -50,16 +56,20 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmPadC4FwdNhwc(),
         ConvIgemmPadFwdNhwc(),
         ConvIgemmFwdTf32x3(),
+        ConvIgemmPadFwdTf32x3(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
         ConvIgemmBwdNhwc(),
         ConvIgemmPadBwdNhwc(),
         ConvIgemmBwdTf32x3(),
+        ConvIgemmPadBwdTf32x3(),
+        ConvIgemmBwdPhaseTf32x3(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
         ConvIgemmWrwNhwc(),
         ConvIgemmPadWrwNhwc(),
         ConvIgemmWrwTf32x3(),
+        ConvIgemmPadWrwTf32x3(),
         GemmWrwUniversal(),
         ConvDirectTiledFwd(),
         ConvDirectNaiveFwd(),

@@ -47,7 +47,7 @@ from miopy.tensor import DataType, packed_strides
 
 DOMAIN: dict[str, tuple[int, ...]] = {
     "bm": (32, 64, 128, 256),  # GEMM rows (output pixels) per block
-    "bn": (32, 64, 128, 256),  # GEMM columns (output channels) per block
+    "bn": (16, 32, 64, 128, 256),  # GEMM columns (output channels) per block; 16 for narrow outputs
     "bk": (16, 32),  # reduction floats per pipeline stage
     "warps_m": (1, 2, 4),
     "warps_n": (1, 2, 4),
@@ -81,10 +81,11 @@ def tile_config(bm: int, bn: int, bk: int, warps_m: int, warps_n: int, stages: i
 # split in 2 (215 us; 64 x 64 split in 3: 238 us).
 DEFAULT_WIDE = tile_config(128, 64, 16, 2, 2, 4)  # K > 32
 DEFAULT_NARROW = tile_config(128, 32, 32, 4, 1, 3)  # K <= 32
+DEFAULT_NARROW_16 = tile_config(128, 16, 32, 4, 1, 4)  # K <= 16 (half of a 32-wide block is empty)
 DEFAULT_SMALL_GRID = tile_config(64, 64, 16, 2, 2, 4)  # fewer than 2 blocks per SM
 DEFAULT_SPLIT = tile_config(128, 128, 32, 2, 4, 3, 2)  # still fewer, K >= 128
 FALLBACKS = (tile_config(64, 32, 16, 2, 1, 3), tile_config(32, 32, 16, 1, 2, 2))  # little shared memory
-PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_SMALL_GRID, DEFAULT_SPLIT, *FALLBACKS)
+PREFERRED = (DEFAULT_WIDE, DEFAULT_NARROW, DEFAULT_NARROW_16, DEFAULT_SMALL_GRID, DEFAULT_SPLIT, *FALLBACKS)
 SMALL_GRID_PER_CU = 2  # fewer blocks than this per SM: the small-grid default
 SPLIT_GRID_PER_CU = 4  # the small-grid default splits the reduction up to this many blocks per SM
 
@@ -265,6 +266,11 @@ class _Tf32x3Solver(Tf32x3Solver):
     reads: ClassVar[tuple[str, str]]  # (activation read, filter)
     writes: ClassVar[str]
 
+    def gemm_shape(self, problem: ConvProblem) -> GemmShape:
+        """The forward convolution the GEMM kernel runs for ``problem`` (a subclass may run
+        another one: implicit_gemm_phase_tf32x3.py)."""
+        return gemm_shape(problem)
+
     # ---- configs ---------------------------------------------------------------------------------
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
         """warp_grid_ok over DOMAIN, tiles every thread copies evenly, shared memory within the
@@ -275,20 +281,23 @@ class _Tf32x3Solver(Tf32x3Solver):
         chunks = config["bk"] // 4
         if (config["bm"] * chunks) % t or (config["bn"] * chunks) % t:
             return False
-        if config["split_k"] > k_tiles(gemm_shape(problem), config):
+        if config["split_k"] > k_tiles(self.gemm_shape(problem), config):
             return False
         return smem_bytes(config) <= smem_limit(ctx)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """DEFAULT_NARROW for K <= 32 (output channels of the GEMM), else DEFAULT_WIDE, and where
+        """DEFAULT_NARROW_16 for K <= 16 (output channels of the GEMM), DEFAULT_NARROW for K <= 32,
+        else DEFAULT_WIDE, and where
         this one's grid has fewer than SMALL_GRID_PER_CU blocks per multiprocessor
         DEFAULT_SMALL_GRID; where that one is still short, DEFAULT_SPLIT for K >= 128 (each
         slice keeping MIN_SLICE_TILES steps), else DEFAULT_SMALL_GRID split over enough slices
         for SPLIT_GRID_PER_CU blocks per multiprocessor; FALLBACKS where shared memory is
         short."""
-        shape = gemm_shape(problem)
+        shape = self.gemm_shape(problem)
         want = compute_units(ctx)
         first = DEFAULT_NARROW if shape.k <= 32 else DEFAULT_WIDE
+        if shape.k <= 16:
+            first = DEFAULT_NARROW_16
         if first is DEFAULT_WIDE and grid_blocks(shape, first) < SMALL_GRID_PER_CU * want:
             first = dict(DEFAULT_SMALL_GRID)
             if grid_blocks(shape, first) >= SMALL_GRID_PER_CU * want:
@@ -309,15 +318,17 @@ class _Tf32x3Solver(Tf32x3Solver):
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs with blocks no wider than the next power of two of the GEMM's columns
-        (at least 32), 128 threads or more for tiles of 64 x 64 and up, and splits of the
-        reduction only where the unsplit grid has fewer than 2 blocks per multiprocessor and
-        each slice keeps MIN_SLICE_TILES pipeline steps."""
-        shape = gemm_shape(problem)
-        cap_n = max(32, 1 << (shape.k - 1).bit_length())
+        (at least 32; 16-wide blocks only for 16 columns or fewer), 128 threads or more for
+        tiles of 64 x 64 and up, and splits of the reduction only where the unsplit grid has
+        fewer than 2 blocks per multiprocessor and each slice keeps MIN_SLICE_TILES pipeline steps."""
+        shape = self.gemm_shape(problem)
+        cap_n = max(16 if shape.k <= 16 else 32, 1 << (shape.k - 1).bit_length())
         cus = compute_units(ctx)
         out = []
         for config in tf32x3_candidates(DOMAIN, cap_n):
             split = config["split_k"]
+            if config["bn"] < 32 < cap_n:
+                continue
             if split > 1 and (
                 grid_blocks(shape, config) >= 2 * cus or k_tiles(shape, config) < split * MIN_SLICE_TILES
             ):
@@ -330,7 +341,7 @@ class _Tf32x3Solver(Tf32x3Solver):
     def _layout(self, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
         """Workspace regions (byte offsets; -1: not needed) and the total: the NHWC input, the
         packed filter and the split's partial sums (an NCHW output is written by the kernel)."""
-        shape = gemm_shape(problem)
+        shape = self.gemm_shape(problem)
         act, _ = self.reads
         sizes = {
             "in": 0 if is_nhwc(getattr(problem, act)) else shape.n * shape.h * shape.w * shape.c,
@@ -344,7 +355,7 @@ class _Tf32x3Solver(Tf32x3Solver):
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         config = self.checked_config(ctx, problem, config)
-        shape = gemm_shape(problem)
+        shape = self.gemm_shape(problem)
         regions = self._layout(problem, config)
         act, _ = self.reads
         steps: list[Step] = []
