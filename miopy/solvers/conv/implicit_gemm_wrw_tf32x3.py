@@ -47,8 +47,10 @@ BLOCKS_PER_CU = 4  # the default splits the reduction until the grid has this ma
 
 # default_config's tiles: the fastest of 8 per layer on the ResNet-50 3x3 layers at batch 32 on an
 # H200 (NHWC, 2026-11-22, scripts/bench_tf32x3.py), each best with the reduction split over
-# about 4 blocks per SM.
-DEFAULT_WIDE = tile_config(128, 64, 32, 2, 2, 3)  # K > 64 (split chosen per problem)
+# about 4 blocks per SM. A later sweep of 8 tiles x 2 splits (scripts/bench_tf32x3_pad.py,
+# 128x28², 256x14², 512x7², NHWC and NCHW) put 16-float stages with 4 of them first on all three
+# (NHWC 189-192 us against 207-214 us for 32-float stages; 175 registers, 2 blocks per SM).
+DEFAULT_WIDE = tile_config(128, 64, 16, 2, 2, 4)  # K > 64 (split chosen per problem)
 DEFAULT_NARROW = tile_config(64, 64, 32, 2, 2, 4)  # K <= 64
 FALLBACKS = (tile_config(32, 64, 16, 1, 2, 2),)  # little shared memory
 
