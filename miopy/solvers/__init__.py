@@ -39,7 +39,7 @@ from miopy.solvers.lrn import LrnCrossRing, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 from miopy.solvers.reduce import ReduceColumns, ReduceColumnsVec, ReduceGeneric, ReduceRows, ReduceRowsVec
-from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxStrided
+from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxRowsWarp, SoftmaxStrided
 from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdVec(), PoolingBwdDirect()],
     "bnorm": BNORM_SOLVERS,
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
-    "softmax": [SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
+    "softmax": [SoftmaxRowsWarp(), SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
     "reduce": [ReduceRowsVec(), ReduceRows(), ReduceColumnsVec(), ReduceColumns(), ReduceGeneric()],
     "lrn": [LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
     "layernorm": LAYERNORM_SOLVERS,

@@ -41,6 +41,29 @@ def test_softmax_rows(cuda, dtype, length, direction):
         assert "SoftmaxRows" in run_all(cuda, p, sref, BASE[p.dtype] * 2)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("length", [8, 40, 512, 768, 1024, 2048])
+def test_softmax_rows_warp(cuda, dtype, length):
+    """The register-held rows of SoftmaxRowsWarp (teams of 4-32, masked chunks), with alpha / beta,
+    log, large inputs and rows whose first half is -inf (attention masks)."""
+    from miopy.reference.common import store_logical
+
+    desc = TensorDesc(dtype, (301, length, 1, 1))
+    rng = np.random.default_rng(length)
+    for algo, alpha, beta in (("accurate", 1.0, 0.0), ("fast", 1.5, 0.5), ("log", 0.75, 0.25)):
+        p = SoftmaxProblem.create(desc, "F", algo, "channel", alpha, beta)
+        ran = run_all(cuda, p, sref, BASE[p.dtype] * 2, rng=rng)
+        assert "SoftmaxRowsWarp" in ran or (dtype == "fp32" and length == 2048), ran
+    p = SoftmaxProblem.create(desc, "F", "accurate", "channel")
+    for low, high, masked in ((-5.0, 5.0, True), (1000.0, 1010.0, False)):
+        x = rng.uniform(low, high, desc.lens)
+        if masked:
+            x[:, : length // 2] = -np.inf
+        bufs = random_buffers(p, rng)
+        bufs["x"] = store_logical(x, p.tensors()["x"])
+        run_all(cuda, p, sref, BASE[p.dtype] * 2, buffers=bufs)
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_softmax_modes(cuda, layout):
     desc = TensorDesc("fp16", (4, 96, 14, 14), layout=layout)

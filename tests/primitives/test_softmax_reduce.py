@@ -335,3 +335,27 @@ def test_softmax_rows_starting_with_neg_inf(ocl, monkeypatch, cpu_shaped, mode, 
             bufs["x"] = store_logical(x, p.tensors()["x"])
             ran = run_all(ocl, p, sref, BASE[p.dtype] * 2, buffers=bufs)
             assert len(ran) >= 2, ran
+
+
+@pytest.mark.parametrize(
+    "dtype, rows, length",
+    [("fp32", 9, 40), ("fp32", 5, 1024), ("fp16", 37, 512), ("fp16", 3, 2048), ("bf16", 7, 24), ("fp16", 4, 72)],
+)
+def test_softmax_rows_warp_gpu_kernel_on_opencl(ocl, monkeypatch, dtype, rows, length):
+    """SoftmaxRowsWarp's kernel (the row in registers, one exp per element; GPU devices only) on
+    PoCL: masked chunks past the row, teams of 4-32, alpha / beta blending, the log algorithm, and
+    rows whose first half is -inf."""
+    import miopy.solvers.softmax.direct as direct
+
+    monkeypatch.setattr(direct, "cpu_kernels", lambda ctx: False)
+    rng = np.random.default_rng(rows * length)
+    desc = TensorDesc(dtype, (rows, length, 1, 1))
+    for algo, alpha, beta in (("accurate", 1.0, 0.0), ("fast", 1.5, 0.5), ("log", 0.75, 0.25)):
+        p = SoftmaxProblem.create(desc, "F", algo, "channel", alpha, beta)
+        assert "SoftmaxRowsWarp" in run_all(ocl, p, sref, BASE[p.dtype] * 2, rng=rng)
+    x = rng.uniform(-5, 5, desc.lens)
+    x[:, : length // 2] = -np.inf
+    p = SoftmaxProblem.create(desc, "F", "accurate", "channel")
+    bufs = random_buffers(p, rng)
+    bufs["x"] = store_logical(x, p.tensors()["x"])
+    assert "SoftmaxRowsWarp" in run_all(ocl, p, sref, BASE[p.dtype] * 2, buffers=bufs)

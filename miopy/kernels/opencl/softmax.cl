@@ -1,1 +1,2 @@
 #include "common/softmax.h"
+#include "common/softmax_warp.h"

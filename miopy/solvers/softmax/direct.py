@@ -100,6 +100,54 @@ class SoftmaxRows(_Softmax):
         return Program((Launch(spec, args),))
 
 
+WARP_MOST_PER = 8  # chunks of 16 bytes a work item of SoftmaxRowsWarp holds (SMW_PER)
+
+
+def warp_shape(length: int, vec: int) -> tuple[int, int]:
+    """(SMW_TEAM, SMW_PER) of a row of ``length`` elements in chunks of ``vec``: the smallest team
+    of 4-32 work items that holds the row in at most two chunks each, more chunks each past 64."""
+    chunks = -(-length // vec)
+    team = min(32, max(4, 1 << max(0, math.ceil(math.log2(max(1, -(-chunks // 2)))))))
+    return team, -(-chunks // team)
+
+
+class SoftmaxRowsWarp(_Softmax):
+    """Forward over contiguous rows of at most 32 x 8 chunks of 16 bytes (kernels/common/
+    softmax_warp.h): a team of up to a warp holds its row in registers, takes the maximum, then one
+    exp per element (GPU devices; CPU OpenCL has SoftmaxRows' kernels)."""
+
+    name = "SoftmaxRowsWarp"
+    id = 503
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, SoftmaxProblem):
+            return "not a softmax"
+        if problem.direction is not Pass.FORWARD:
+            return "backward (SoftmaxRows)"
+        if problem.dtype.itemsize == 8:
+            return "fp64 data"
+        if cpu_kernels(ctx):
+            return "a CPU device (SoftmaxRows has its kernels)"
+        shape = rows_shape(problem)
+        if shape is None:
+            return "the groups are not contiguous rows of dense tensors"
+        vec = 16 // problem.dtype.itemsize
+        if shape[1] % vec:
+            return f"the row length {shape[1]} is not a multiple of {vec}"
+        if warp_shape(shape[1], vec)[1] > WARP_MOST_PER:
+            return f"rows of {shape[1]} elements do not fit in the registers of a warp"
+        return None
+
+    def get_program(self, ctx, problem: SoftmaxProblem, config=None) -> Program:
+        rows, length = rows_shape(problem)
+        team, per = warp_shape(length, 16 // problem.dtype.itemsize)
+        defines = {"MIOPY_DTYPE": problem.dtype.code, "SMW_TEAM": team, "SMW_PER": per}
+        groups = min(-(-rows // (GROUP // team)), MAX_GROUPS)
+        spec = KernelSpec("softmax", "softmax_fwd_warp", defines, (groups * GROUP,), (GROUP,))
+        args = (Tensor("x"), Tensor("y"), np.int64(rows), np.int32(length), *_tail(problem))
+        return Program((Launch(spec, args),))
+
+
 class SoftmaxCols(_Softmax):
     name = "SoftmaxCols"
     id = 501
