@@ -339,7 +339,14 @@ def test_softmax_rows_starting_with_neg_inf(ocl, monkeypatch, cpu_shaped, mode, 
 
 @pytest.mark.parametrize(
     "dtype, rows, length",
-    [("fp32", 9, 40), ("fp32", 5, 1024), ("fp16", 37, 512), ("fp16", 3, 2048), ("bf16", 7, 24), ("fp16", 4, 72)],
+    [
+        ("fp32", 9, 40),
+        ("fp32", 5, 1024),
+        ("fp16", 37, 512),
+        ("fp16", 3, 2048),
+        ("bf16", 7, 24),
+        ("fp16", 4, 72),
+    ],
 )
 def test_softmax_rows_warp_gpu_kernel_on_opencl(ocl, monkeypatch, dtype, rows, length):
     """SoftmaxRowsWarp's kernel (the row in registers, one exp per element; GPU devices only) on
