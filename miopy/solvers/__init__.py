@@ -35,10 +35,17 @@ from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgem
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
-from miopy.solvers.lrn import LrnCrossRing, LrnCrossSlide, LrnDirect
+from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
-from miopy.solvers.reduce import ReduceColumns, ReduceColumnsVec, ReduceGeneric, ReduceRows, ReduceRowsVec
+from miopy.solvers.reduce import (
+    ReduceColumns,
+    ReduceColumnsVec,
+    ReduceGeneric,
+    ReduceRows,
+    ReduceRowsVec,
+    ReduceRowsWarp,
+)
 from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxRowsWarp, SoftmaxStrided
 from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
 
@@ -81,8 +88,15 @@ SOLVERS: dict[str, list[Solver]] = {
     "bnorm": BNORM_SOLVERS,
     "tensorop": [TensorOpPacked(), TensorOpStrided()],
     "softmax": [SoftmaxRowsWarp(), SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
-    "reduce": [ReduceRowsVec(), ReduceRows(), ReduceColumnsVec(), ReduceColumns(), ReduceGeneric()],
-    "lrn": [LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
+    "reduce": [
+        ReduceRowsWarp(),
+        ReduceRowsVec(),
+        ReduceRows(),
+        ReduceColumnsVec(),
+        ReduceColumns(),
+        ReduceGeneric(),
+    ],
+    "lrn": [LrnChannelsChunk(), LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
     "layernorm": LAYERNORM_SOLVERS,
     "groupnorm": GROUPNORM_SOLVERS,
 }

@@ -151,3 +151,23 @@ def test_cross_ring_matches_the_reference(ocl, size, layout):
             p = LRNProblem.create(x, "cross", size, 0.7, 0.75, 1.5, direction, save)
             ran = run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
             assert "LrnCrossRing" in ran
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("size", [1, 4, 5, 9])
+def test_channels_chunk_gpu_kernel_on_opencl(ocl, monkeypatch, dtype, size):
+    """LrnChannelsChunk's kernels (GPU devices only) on PoCL, NHWC: windows wider than the channels,
+    even sizes, channel counts that do not divide the vector (windows cut at each pixel's edge, also
+    across work items and work-groups), runs longer than one work-group and a partial last one."""
+    import miopy.solvers.lrn.direct as direct
+
+    monkeypatch.setattr(direct, "cpu_kernels", lambda ctx: False)
+    rng = np.random.default_rng(size)
+    for lens in ((2, 3, 4, 4), (3, 12, 9, 10), (1, 96, 5, 7)):
+        x = TensorDesc(dtype, lens, layout="NHWC")
+        for direction, save in (("F", True), ("F", False), ("B", False)):
+            p = LRNProblem.create(x, "cross", size, 0.7, 0.75, 1.5, direction, save)
+            if x.element_count % (16 // p.dtype.itemsize):
+                continue
+            ran = run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
+            assert "LrnChannelsChunk" in ran

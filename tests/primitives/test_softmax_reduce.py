@@ -366,3 +366,24 @@ def test_softmax_rows_warp_gpu_kernel_on_opencl(ocl, monkeypatch, dtype, rows, l
     bufs = random_buffers(p, rng)
     bufs["x"] = store_logical(x, p.tensors()["x"])
     assert "SoftmaxRowsWarp" in run_all(ocl, p, sref, BASE[p.dtype] * 2, buffers=bufs)
+
+
+@pytest.mark.parametrize(
+    "dtype, lens, layout, dims",
+    [
+        ("fp32", (9, 24, 7, 8), "NCHW", (2, 3)),
+        ("fp16", (5, 6, 16, 40), "NCHW", (2, 3)),
+        ("bf16", (3, 24, 5, 7), "NHWC", (1,)),
+        ("fp32", (4, 64, 28, 28), "NCHW", (1, 2, 3)),
+    ],
+)
+def test_reduce_rows_warp_gpu_kernel_on_opencl(ocl, monkeypatch, dtype, lens, layout, dims):
+    """ReduceRowsWarp's kernel (GPU devices only) on PoCL: teams of 4-32, the slots past the run,
+    kept strides of another layout, alpha / beta, and 50k-element runs under the length rule."""
+    import miopy.solvers.reduce.direct as direct
+
+    monkeypatch.setattr(direct, "cpu_kernels", lambda ctx: False)
+    rng = np.random.default_rng(len(dims) * 7 + lens[1])
+    for op, alpha, beta in (("add", 1.0, 0.0), ("avg", 1.5, 0.5), ("norm1", 1.0, 0.0), ("norm2", 0.5, 0.25)):
+        p = ReduceProblem(op, TensorDesc(dtype, lens, layout=layout), dims, False, False, alpha, beta)
+        assert "ReduceRowsWarp" in run_all(ocl, p, rref, reduce_tolerance(p), rng=rng)

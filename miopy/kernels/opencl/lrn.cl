@@ -1,1 +1,7 @@
+#if MIOPY_DTYPE != 3
+#include "common/vec.h"
+#endif
 #include "common/lrn.h"
+#if MIOPY_DTYPE != 3
+#include "common/lrn_chunk.h"
+#endif

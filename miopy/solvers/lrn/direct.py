@@ -8,7 +8,9 @@ from miopy.problem.lrn import LRNMode, LRNProblem
 from miopy.problem.passes import Pass
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import cpu_grid, cpu_kernels, grid_1d
+from miopy.solvers.launch import MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d
+
+GROUP = 256  # LRNC_GROUP
 
 
 def _shape(problem: LRNProblem) -> list:
@@ -182,4 +184,52 @@ class LrnCrossRing(_Lrn):
         else:
             args = (*(Tensor(r) for r in BWD_ROLES), *_shape(p), *_strides(p, *BWD_ROLES))
             args += (np.float32(p.alpha), np.float32(p.beta))
+        return Program((Launch(spec, args),))
+
+
+CHUNK_REACH = 4  # LRNC_REACH: channels a window of LrnChannelsChunk reaches each side
+
+
+class LrnChannelsChunk(_Lrn):
+    """Cross-channel LRN, forward and backward, on GPU devices when every tensor is packed with the
+    channels innermost (NHWC): 16-byte vectors along the flat run, the window terms shared through
+    local memory (kernels/common/lrn_chunk.h); every element read once, coalesced."""
+
+    name = "LrnChannelsChunk"
+    id = 703
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if not isinstance(problem, LRNProblem):
+            return "not an LRN"
+        if problem.mode is not LRNMode.CROSS_CHANNEL:
+            return "within-channel"
+        if problem.dtype.itemsize == 8:
+            return "fp64 data"
+        if cpu_kernels(ctx):
+            return "a CPU device (LrnDirect has its kernels)"
+        n, c, h, w = problem.x.lens
+        packed = (h * w * c, 1, w * c, c)
+        for role, desc in problem.tensors().items():
+            if tuple(desc.strides) != packed and n * h * w > 1:
+                return f"{role} is not packed with the channels innermost (NHWC)"
+        vec = 16 // problem.dtype.itemsize
+        if problem.x.element_count % vec:
+            return f"{problem.x.element_count} elements are not a multiple of {vec}"
+        if (problem.n - 1) - (problem.n - 1) // 2 > CHUNK_REACH:
+            return f"window {problem.n} reaches past {CHUNK_REACH} channels"
+        return None
+
+    def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
+        p = problem
+        total = p.x.element_count
+        per_group = GROUP * (16 // p.dtype.itemsize)
+        groups = min(-(-total // per_group), MAX_GROUPS)
+        forward = p.direction is Pass.FORWARD
+        kernel = "lrn_fwd_chunk" if forward else "lrn_bwd_chunk"
+        spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, (groups * GROUP,), (GROUP,))
+        shape = (np.int64(total), np.int32(p.x.lens[1]), np.int32(p.n))
+        if forward:
+            args = (*_fwd_buffers(p), *shape, *_fwd_tail(p))
+        else:
+            args = (*(Tensor(r) for r in BWD_ROLES), *shape, np.float32(p.alpha), np.float32(p.beta))
         return Program((Launch(spec, args),))

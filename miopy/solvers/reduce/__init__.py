@@ -8,6 +8,14 @@ from miopy.solvers.reduce.direct import (
     ReduceGeneric,
     ReduceRows,
     ReduceRowsVec,
+    ReduceRowsWarp,
 )
 
-__all__ = ["ReduceColumns", "ReduceColumnsVec", "ReduceGeneric", "ReduceRows", "ReduceRowsVec"]
+__all__ = [
+    "ReduceColumns",
+    "ReduceColumnsVec",
+    "ReduceGeneric",
+    "ReduceRows",
+    "ReduceRowsVec",
+    "ReduceRowsWarp",
+]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from miopy.problem.keys import memory_order
-from miopy.problem.reduce import ReduceProblem
+from miopy.problem.reduce import ReduceOp, ReduceProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import Solver
 from miopy.solvers.launch import MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d
@@ -274,6 +274,47 @@ class ReduceRowsVec(ReduceRows):
         groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
         defines = {"MIOPY_DTYPE": problem.dtype.code, "RED_TEAM": team, "RED_VEC": vec}
         spec = KernelSpec("reduce", "reduce_rows_vec", defines, (groups * GROUP,), (GROUP,))
+        args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
+        return Program((Launch(spec, args),))
+
+
+class ReduceRowsWarp(ReduceRowsVec):
+    """The additive reductions (add, avg, norm1, norm2) of contiguous runs on GPU devices, a run
+    per team of up to a warp with eight 16-byte loads in flight per work item and a partial sum per
+    load (kernels/common/reduce_warp.h): for many runs of up to 256k elements."""
+
+    name = "ReduceRowsWarp"
+    id = 605
+    LOADS = 8  # RW_U
+    MOST_LENGTH = 1 << 18
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        why = super().is_applicable(ctx, problem)
+        if why:
+            return why
+        if problem.op not in (ReduceOp.ADD, ReduceOp.AVG, ReduceOp.NORM1, ReduceOp.NORM2):
+            return f"{problem.op.name.lower()} is not an additive reduction"
+        if cpu_kernels(ctx):
+            return "a CPU device (ReduceRows has its kernels)"
+        length = rows_length(problem)
+        if length > self.MOST_LENGTH:
+            return f"runs of {length} > {self.MOST_LENGTH} elements (ReduceRowsVec splits them wider)"
+        cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
+        if problem.y.element_count * self._team(problem) < 32 * cus:
+            return "fewer runs than warps to fill the device"
+        return None
+
+    def _team(self, problem: ReduceProblem) -> int:
+        per = -(-rows_length(problem) // (_vec(problem) * self.LOADS))
+        return min(32, max(4, 1 << max(0, math.ceil(math.log2(max(1, per))))))
+
+    def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
+        length = rows_length(problem)
+        nout = problem.y.element_count
+        team = self._team(problem)
+        groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
+        defines = {"MIOPY_DTYPE": problem.dtype.code, "RW_TEAM": team, "RW_U": self.LOADS}
+        spec = KernelSpec("reduce", "reduce_rows_warp", defines, (groups * GROUP,), (GROUP,))
         args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
         return Program((Launch(spec, args),))
 
