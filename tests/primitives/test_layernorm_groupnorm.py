@@ -243,3 +243,30 @@ def test_one_pass_rows_refuse(ocl):
         h, LayerNormProblem(NdDesc("fp32", (3, 4), (1, 3)), 1, 1e-5, 1, "B")
     )
     assert "registers" in lbwd.is_applicable(h, LayerNormProblem(NdDesc("fp32", (2, 5000)), 1, 1e-5, 1, "B"))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_groupnorm_nhwc_one_pass_gpu_kernel_on_opencl(ocl, monkeypatch, dtype):
+    """GroupNormFwdNhwc's kernel (GPU devices only; scalar access on OpenCL) on PoCL: groups of 1,
+    3 and 8 channels, 2-D and 3-D, with and without weights, data centred and far from zero (the
+    shifted statistics), groups longer than one pass of the work-group."""
+    import miopy.solvers.norm.gn_nhwc as gn_nhwc
+    from miopy.problem.nd import channels_last_strides
+
+    monkeypatch.setattr(gn_nhwc, "cpu_kernels", lambda ctx: False)
+    solver = next(s for s in SOLVERS["groupnorm"] if s.name == "GroupNormFwdNhwc")
+    rng = np.random.default_rng(13)
+    limit = {"fp32": 2e-6, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
+    for lens, groups in (((2, 24, 5, 7), 3), ((3, 6, 20, 30), 6), ((1, 16, 3, 3, 3), 2)):
+        for affine in (1, 0):
+            p = GroupNormProblem(NdDesc(dtype, lens, channels_last_strides(lens)), groups, 1e-5, affine, "F")
+            assert solver.is_applicable(ocl, p) is None, p.key()
+            for offset in (0.0, 50.0):
+                bufs = ref.random_buffers(p, rng, offset=offset)
+                want = ref.reference(p, bufs)
+                make_solution(ocl, p, solver).run(ocl, bufs)
+                t = p.tensors()
+                for role, w in want.items():
+                    err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                    assert err < limit, f"{p.key()} {role} offset {offset}: {err}"
+    assert "channels-last" in solver.is_applicable(ocl, GroupNormProblem(NdDesc("fp32", (2, 4, 3, 3)), 2))

@@ -161,8 +161,8 @@ def test_groupnorm_both_layouts(cuda, dtype, layout, direction):
     lens = (4, 64, 14, 14)
     strides = channels_last_strides(lens) if layout == "NHWC" else None
     p = GroupNormProblem(NdDesc(dtype, lens, strides), 32, 1e-5, 1, direction)
-    # NCHW also takes the one-pass GroupNorm*Rows
-    count = 3 if layout == "NCHW" else 2
+    # NCHW also takes the one-pass GroupNorm*Rows, NHWC forward GroupNormFwdNhwc
+    count = 3 if layout == "NCHW" or direction == "F" else 2
     assert _check_ln(cuda, p, rng) == count
     assert _check_ln(cuda, p, rng, offset=100.0) == count
 
@@ -181,3 +181,19 @@ def test_groupnorm_resnet_groups(cuda, dtype, direction):
         rows = next(s for s in SOLVERS["groupnorm"] if s.name.endswith("Rows") and s.kind == p.norm_kind)
         assert rows.is_applicable(cuda, p) is None, p.key()
         assert _check_ln(cuda, p, rng) >= 2
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32", "bf16"])
+def test_groupnorm_nhwc_one_pass(cuda, dtype):
+    """GroupNormFwdNhwc at ResNet-like channels-last shapes (8 channels a group: one or two 16-byte
+    vectors a pixel; 3 channels: scalar access), with and without weights, data far from zero."""
+    from miopy.problem.layernorm import GroupNormProblem
+    from miopy.problem.nd import NdDesc, channels_last_strides
+
+    rng = np.random.default_rng(8)
+    one = next(s for s in SOLVERS["groupnorm"] if s.name == "GroupNormFwdNhwc")
+    for lens, g, mode in (((2, 256, 56, 56), 32, 1), ((3, 64, 28, 28), 8, 0), ((2, 24, 17, 17), 8, 1)):
+        p = GroupNormProblem(NdDesc(dtype, lens, channels_last_strides(lens)), g, 1e-5, mode, "F")
+        assert one.is_applicable(cuda, p) is None, p.key()
+        assert _check_ln(cuda, p, rng) >= 2
+        assert _check_ln(cuda, p, rng, offset=100.0) >= 2

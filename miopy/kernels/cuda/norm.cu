@@ -1,4 +1,6 @@
+// miopy-compile-test: -DNORM_PTYPE=0 -DNORM_VW=4 -DMIOPY_DTYPE=0 -DGN_LOCAL=1024 -DGN_PER=7
 #include "common/norm.h"
+#include "common/gn_nhwc.h"
 // miopy-compile-test: -DNORM_PTYPE=0
 // miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1
 // miopy-compile-test: -DNORM_PTYPE=0 -DNORM_VW=8 -DMIOPY_DTYPE=2

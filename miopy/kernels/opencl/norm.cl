@@ -1,1 +1,2 @@
 #include "common/norm.h"
+#include "common/gn_nhwc.h"

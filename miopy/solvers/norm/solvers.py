@@ -6,6 +6,7 @@ from __future__ import annotations
 from miopy.solution import Program
 from miopy.solvers.base import Solver
 from miopy.solvers.norm.bn_program import bn_packed_program
+from miopy.solvers.norm.gn_nhwc import GroupNormFwdNhwc
 from miopy.solvers.norm.gn_rows import gn_rows_program, gn_rows_shape
 from miopy.solvers.norm.program import ln_rows_program, ln_rows_shape, norm_program, packed_reason
 
@@ -137,6 +138,7 @@ class GroupNormBwdRows(GroupNormFwdRows):
 
 
 GROUPNORM_SOLVERS = [
+    GroupNormFwdNhwc(),
     _make("groupnorm", "GroupNormFwdPacked", 420, "ln_fwd", True),
     GroupNormFwdRows(),
     _make("groupnorm", "GroupNormFwdStrided", 421, "ln_fwd", False),
