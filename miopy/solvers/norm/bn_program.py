@@ -34,6 +34,7 @@ THREADS_PER_CU = 2048  # apply: work items per compute unit (full occupancy on N
 FINALIZE_KEYS = 32  # bn_finalize: at most this many keys per work-group (the rest: lanes)
 MAX_CHUNKS = 1024
 MAX_APPLY_PERIOD = 1 << 24
+APPLY_VECTORS = 4  # bn_apply_cl: 16-byte vectors in flight per work item (BN_AU)
 
 
 def _cus(ctx) -> int:
@@ -131,6 +132,12 @@ def _apply(ctx, problem, geo: PackedGeometry, bwd: bool, ws, coef: int) -> Launc
             groups = -(-groups * LOCAL // period) * period // LOCAL
     elif geo.kd % vw == 0:
         kmode = 1
+    if kmode == 2 and vw > 1 and geo.n % vw == 0:
+        # channels-last on CUDA: bn_apply_cl, APPLY_VECTORS 16-byte loads in flight a work item
+        spec = _spec("bn_apply", problem, vw, bwd, (groups * LOCAL,), (LOCAL,))
+        defines = {**dict(spec.defines), "BN_AU": APPLY_VECTORS}
+        spec = KernelSpec(spec.file, "bn_apply_cl", defines, spec.global_size, spec.local_size)
+        return Launch(spec, (*head, np.int64(coef), np.int32(geo.K), np.int32(geo.n)))
     spec = _spec("bn_apply", problem, vw, bwd, (groups * LOCAL,), (LOCAL,))
     tail = (np.int64(coef), np.int32(geo.K), np.int32(geo.n), np.int32(geo.kd), np.int32(geo.km))
     return Launch(spec, (*head, *tail, np.int32(kmode)))
