@@ -1,4 +1,5 @@
 // miopy-compile-test: -DLRN_SIZE=5
+#include "common/miopy_types.h"
 #if MIOPY_DTYPE != 3
 #include "common/vec.h"
 #endif

@@ -1,3 +1,4 @@
+#include "common/miopy_types.h"
 #if MIOPY_DTYPE != 3
 #include "common/vec.h"
 #endif

@@ -201,12 +201,12 @@ class LrnChannelsChunk(_Lrn):
     def is_applicable(self, ctx, problem) -> str | None:
         if not isinstance(problem, LRNProblem):
             return "not an LRN"
+        if cpu_kernels(ctx):
+            return "backend on a CPU device (LrnDirect has its kernels)"
         if problem.mode is not LRNMode.CROSS_CHANNEL:
             return "within-channel"
         if problem.dtype.itemsize == 8:
             return "fp64 data"
-        if cpu_kernels(ctx):
-            return "a CPU device (LrnDirect has its kernels)"
         n, c, h, w = problem.x.lens
         packed = (h * w * c, 1, w * c, c)
         for role, desc in problem.tensors().items():

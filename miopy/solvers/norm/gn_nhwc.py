@@ -24,10 +24,10 @@ def gn_nhwc_shape(ctx, problem) -> tuple[int, int, int, int] | str:
     """(cg, vw, local, per) of the one-pass channels-last group norm, or why it does not apply."""
     if getattr(problem, "primitive", None) != "groupnorm":
         return "not a group norm"
+    if cpu_kernels(ctx):
+        return "backend on a CPU device (it has channels-last kernels of its own)"
     if problem.norm_kind != "ln_fwd":
         return "backward"
-    if cpu_kernels(ctx):
-        return "a CPU device (it has channels-last kernels of its own)"
     if not problem.channels_last:
         return "x is not channels-last (NHWC) packed"
     if problem.x.element_count >= 2**31:

@@ -289,18 +289,22 @@ class ReduceRowsWarp(ReduceRowsVec):
     MOST_LENGTH = 1 << 18
 
     def is_applicable(self, ctx, problem) -> str | None:
+        if cpu_kernels(ctx):
+            return "backend on a CPU device (ReduceRows has its kernels)"
         why = super().is_applicable(ctx, problem)
         if why:
             return why
         if problem.op not in (ReduceOp.ADD, ReduceOp.AVG, ReduceOp.NORM1, ReduceOp.NORM2):
             return f"{problem.op.name.lower()} is not an additive reduction"
-        if cpu_kernels(ctx):
-            return "a CPU device (ReduceRows has its kernels)"
         length = rows_length(problem)
         if length > self.MOST_LENGTH:
             return f"runs of {length} > {self.MOST_LENGTH} elements (ReduceRowsVec splits them wider)"
+        # few runs are fine when a team reads each in one batch of loads (a wider team gains
+        # nothing); long runs need enough of them to give every compute unit a warp
+        team = self._team(problem)
         cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
-        if problem.y.element_count * self._team(problem) < 32 * cus:
+        one_batch = length <= team * self.LOADS * _vec(problem)
+        if not one_batch and problem.y.element_count * team < 32 * cus:
             return "fewer runs than warps to fill the device"
         return None
 

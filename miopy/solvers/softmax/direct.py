@@ -122,12 +122,12 @@ class SoftmaxRowsWarp(_Softmax):
     def is_applicable(self, ctx, problem) -> str | None:
         if not isinstance(problem, SoftmaxProblem):
             return "not a softmax"
+        if cpu_kernels(ctx):
+            return "backend on a CPU device (SoftmaxRows has its kernels)"
         if problem.direction is not Pass.FORWARD:
             return "backward (SoftmaxRows)"
         if problem.dtype.itemsize == 8:
             return "fp64 data"
-        if cpu_kernels(ctx):
-            return "a CPU device (SoftmaxRows has its kernels)"
         shape = rows_shape(problem)
         if shape is None:
             return "the groups are not contiguous rows of dense tensors"
