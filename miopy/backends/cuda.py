@@ -148,9 +148,24 @@ def _program_log(prog) -> str:
     return bytes(buf).rstrip(b"\0 ").decode(errors="replace")
 
 
+# A kernel file that uses a chip's arch-specific instructions (Hopper's wgmma, setmaxnreg) names
+# the target in a line ``// miopy-target: sm_90a``: on a device of that family (sm_90) it is
+# built for that target instead; its solver is applicable nowhere else.
+_ARCH_SPECIFIC = re.compile(r"^\s*//\s*miopy-target:\s*(sm_\d+a)\s*$", re.M)
+
+
+def source_target(source: str, arch: str) -> str:
+    """The target ``source`` is built for on a device of ``arch``: the arch-specific target its
+    ``miopy-target`` line names where that is ``arch`` plus ``a`` (sm_90 -> sm_90a), else ``arch``."""
+    m = _ARCH_SPECIFIC.search(source)
+    return m.group(1) if m and m.group(1) == arch + "a" else arch
+
+
 def _compile(source: str, filename: str, options: list[str], arch: str) -> bytes:
-    """CUBIN for a real arch (``sm_90``), PTX for a virtual one (``compute_90``)."""
+    """CUBIN for a real arch (``sm_90``), PTX for a virtual one (``compute_90``); a file with a
+    ``miopy-target`` line is built for the arch-specific target it names (source_target)."""
     nvrtc = _nvrtc()
+    arch = source_target(source, arch)
     inc = cuda_include_dir()
     if inc is None:
         raise CompileError(f"{filename}: the CUDA headers (cuda_fp16.h) were not found; {_HEADERS_HINT}")

@@ -256,6 +256,14 @@ def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) ->
     """The kernels' compile-time defines: MIOPY_DTYPE, the conv view's shape as IG_N ... IG_DW
     (C and K of one group, and IG_G, the groups, where there are several), ``extra`` as
     IG_<name>, and the config's fields as IG_<FIELD>."""
+    defines = conv_shape_defines(problem, **extra)
+    defines.update({f"IG_{f.upper()}": config[f] for f in FIELDS})
+    return defines
+
+
+def conv_shape_defines(problem: ConvProblem, **extra: int) -> dict[str, Any]:
+    """MIOPY_DTYPE and the conv view's shape as IG_N ... IG_DW (C and K of one group, and IG_G,
+    the groups, where there are several; ``extra`` as IG_<name>)."""
     n, _, h, w = problem.x.lens
     _, _, r, s = problem.w.lens
     c, k = group_channels(problem)
@@ -282,7 +290,6 @@ def shape_defines(problem: ConvProblem, config: dict[str, int], **extra: int) ->
         shape["G"] = problem.conv.groups
     defines: dict[str, Any] = {"MIOPY_DTYPE": problem.dtype.code}
     defines.update({f"IG_{name}": int(v) for name, v in shape.items()})
-    defines.update({f"IG_{f.upper()}": config[f] for f in FIELDS})
     return defines
 
 

@@ -1,0 +1,208 @@
+/* Implicit-GEMM forward convolution on Hopper's warpgroup MMA (ConvWgmmFwdNhwc): fp16 or bf16
+   in, fp32 accumulation, packed NHWC x and y, filter packed K x R x S x C, groups = 1. Built for
+   sm_90a only (wgmma); the solver is applicable on compute capability 9.0 alone.
+
+   GEMM view as in igemm_fwd.cu: D[m][k] = sum_j A[m][j] * B[k][j], m = (n, p, q) an output pixel
+   (M = N*P*Q), k an output channel, j = (r, s, c) a filter tap (KD = R*S*C); A rows are gathered
+   from x on the fly (im2col while loading), B rows are the filter as it lies, D is y as it lies.
+
+   A block of WG_BM / 64 warpgroups (128 threads each) computes a WG_BM x WG_BN tile of D; each
+   warpgroup owns 64 rows and all WG_BN columns, one wgmma m64nWG_BNk16 per 16-wide k-slice.
+   64-wide k-tiles (one 128-byte swizzled row per tile row, common/wgmma_sm90.h) of A and B go
+   global -> shared by cp.async (16 bytes = 8 channels, zero-filled for padding, taps past KD and
+   rows past M) into a WG_STAGES-deep ring in dynamic shared memory. Per k-tile t: wait for its
+   copies, proxy fence, barrier; issue its 4 wgmma and commit; issue the copies of tile
+   t + WG_STAGES - 2 into the stage tile t - 2 used; wait until only tile t's MMAs are pending.
+   The barrier of step t comes after every warpgroup saw tile t - 2's MMAs finish, so that stage
+   is free: WG_STAGES - 2 tiles of copies are in flight while the MMAs run.
+
+   Epilogue: the accumulators are m16n8 fragments side by side (one 16 x WG_BN warp tile per
+   warp), so common/igemm_core.h's epilogues apply: rounded to data_t through shared memory with
+   16-byte stores; with IG_SPLIT_K > 1 fp32 partial sums to the workspace (then
+   igemm_splitk_reduce), or with IG_CLUSTER the slices of a tile as one thread-block cluster
+   summing through distributed shared memory straight into y.
+
+   Needs C % 8 == 0 and K % 8 == 0. */
+
+// miopy-target: sm_90a
+// miopy-compile-test: -DMIOPY_DTYPE=1
+// miopy-compile-test: -DMIOPY_DTYPE=2
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=64 -DWG_BN=64 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=5 -DIG_SPLIT_K=3
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
+
+/* Tile defaults only so that the file compiles on its own (the solver defines them). */
+#ifndef WG_BM
+#define WG_BM 128
+#endif
+#ifndef WG_BN
+#define WG_BN 128
+#endif
+#ifndef WG_STAGES
+#define WG_STAGES 4
+#endif
+/* The m16n8 view of the wgmma tiling for common/igemm_defines.h and the epilogues: a column of
+   WG_BM / 16 warps, each a 16 x WG_BN warp tile, k-tiles of 64. */
+#define IG_BM WG_BM
+#define IG_BN WG_BN
+#define IG_BK 64
+#define IG_WARPS_M (WG_BM / 16)
+#define IG_WARPS_N 1
+#define IG_STAGES WG_STAGES
+#include "common/igemm_defines.h"
+#include "common/igemm_core.h"
+#include "common/wgmma_sm90.h"
+
+#define WG_M (IG_N * IG_P * IG_Q)
+#define WG_KD (IG_R * IG_S * IG_C)
+#define WG_ROW_STEP (IG_THREADS / 8)          /* tile rows one pass of the block copies */
+#define WG_A_ITERS (WG_BM / WG_ROW_STEP)      /* 4 */
+#define WG_B_ITERS (WG_BN / WG_ROW_STEP)
+#define WG_A_BYTES (WG_BM * 128)
+#define WG_STAGE_BYTES ((WG_BM + WG_BN) * 128)
+#define WG_TILES_N ((IG_K + WG_BN - 1) / WG_BN)
+#define WG_KT ((WG_KD + 63) / 64)
+#define WG_ACC (WG_BN / 2) /* fp32 accumulators per thread */
+
+static_assert(WG_BM == 64 || WG_BM == 128, "one or two consumer warpgroups of 64 rows");
+static_assert(WG_BN == 64 || WG_BN == 128 || WG_BN == 256, "wgmma widths");
+static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
+static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
+
+#if IG_CLUSTER
+#define WG_CLUSTER_DIMS __cluster_dims__(1, IG_SPLIT_K, 1) /* a tile's slices */
+#else
+#define WG_CLUSTER_DIMS
+#endif
+
+KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
+    wgmma_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws)
+{
+    /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
+       at the first 1024-byte boundary (the swizzle's period) */
+    extern __shared__ __align__(1024) uint4 smem_raw[];
+    const u32 raw_base = smem_addr(smem_raw);
+    const u32 base = (raw_base + 1023u) & ~1023u;
+    uint4* smem = smem_raw + (base - raw_base) / 16;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int bid = blockIdx.x;
+    const int m0 = (bid / WG_TILES_N) * WG_BM;
+    const int n0 = (bid % WG_TILES_N) * WG_BN;
+    /* split-K: this block reduces k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
+    const int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
+    const int kt1 = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K);
+    const int nkt = kt1 - kt0;
+
+    /* ---- what this thread copies: chunk `col` of rows row0 + i * WG_ROW_STEP, which lies at
+       chunk col ^ (row0 % 8) of its row (WG_ROW_STEP is a multiple of 8) ---- */
+    const int col = tid & 7;
+    const int row0 = tid >> 3;
+    const u32 dst0 = (u32)(row0 * 128 + ((col ^ (row0 & 7)) << 4));
+    int a_img[WG_A_ITERS]; /* element offset of the row's image (x has < 2^31 elements) */
+    int a_ih[WG_A_ITERS], a_iw[WG_A_ITERS];
+#pragma unroll
+    for(int i = 0; i < WG_A_ITERS; ++i)
+    {
+        const int m = m0 + row0 + i * WG_ROW_STEP;
+        const int n = m / (IG_P * IG_Q);
+        const int pq = m - n * (IG_P * IG_Q);
+        const int p = pq / IG_Q;
+        const int q = pq - p * IG_Q;
+        const bool ok = m < WG_M;
+        a_img[i] = ok ? n * (IG_H * IG_W * IG_C) : 0;
+        a_ih[i] = ok ? p * IG_SH - IG_PH : -(1 << 24);
+        a_iw[i] = q * IG_SW - IG_PW;
+    }
+
+    auto load_tile = [&](u32 stage_addr, int t) { /* k-tile kt0 + t */
+        const int kk = (kt0 + t) * 64 + col * 8;
+        const int rs = kk / IG_C;
+        const int c = kk - rs * IG_C;
+        const int r = rs / IG_S;
+        const int s = rs - r * IG_S;
+        const bool k_ok = kk < WG_KD;
+#pragma unroll
+        for(int i = 0; i < WG_A_ITERS; ++i)
+        {
+            const int ih = a_ih[i] + r * IG_DH;
+            const int iw = a_iw[i] + s * IG_DW;
+            const bool ok = k_ok && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
+            const data_t* src = x + (ok ? a_img[i] + (ih * IG_W + iw) * IG_C + c : 0);
+            cp_async_16(stage_addr + dst0 + i * (WG_ROW_STEP * 128), src, ok);
+        }
+#pragma unroll
+        for(int i = 0; i < WG_B_ITERS; ++i)
+        {
+            const int k = n0 + row0 + i * WG_ROW_STEP;
+            const bool ok = k_ok && k < IG_K;
+            const data_t* src = ok ? w + ((i64)k * WG_KD + kk) : w;
+            cp_async_16(stage_addr + WG_A_BYTES + dst0 + i * (WG_ROW_STEP * 128), src, ok);
+        }
+    };
+
+    float acc[WG_ACC];
+#pragma unroll
+    for(int i = 0; i < WG_ACC; ++i)
+        acc[i] = 0.0f;
+    /* this warpgroup's 64 rows of A */
+    const u32 a_rows = (u32)((warp >> 2) * 64 * 128);
+
+#pragma unroll
+    for(int s = 0; s < WG_STAGES - 2; ++s)
+    {
+        if(s < nkt)
+            load_tile(base + s * WG_STAGE_BYTES, s);
+        cp_async_commit();
+    }
+    int read_stage = 0;
+    int write_stage = WG_STAGES - 2;
+    for(int t = 0; t < nkt; ++t)
+    {
+        cp_async_wait<WG_STAGES - 3>(); /* this thread's copies of tile t are in */
+        fence_proxy_async();
+        __syncthreads(); /* everyone's are; every warpgroup is done with tile t - 2 */
+        const u32 stage = base + read_stage * WG_STAGE_BYTES;
+        const u64 da = wgmma_desc(stage + a_rows);
+        const u64 db = wgmma_desc(stage + WG_A_BYTES);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < 4; ++ks) /* 16-wide k-slices: 32 bytes = 2 descriptor units */
+            wgmma_n<WG_BN>(acc, da + 2 * ks, db + 2 * ks);
+        wgmma_commit();
+        if(t + WG_STAGES - 2 < nkt)
+            load_tile(base + write_stage * WG_STAGE_BYTES, t + WG_STAGES - 2);
+        cp_async_commit();
+        write_stage = write_stage == WG_STAGES - 1 ? 0 : write_stage + 1;
+        read_stage = read_stage == WG_STAGES - 1 ? 0 : read_stage + 1;
+        wgmma_wait<1>();
+        wgmma_fence_regs(acc);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_regs(acc);
+    cp_async_wait<0>();
+    __syncthreads(); /* the ring is free for the epilogue */
+
+    /* ---- epilogue: this warp's 16 x WG_BN tile as m16n8 fragments ---- */
+    const float(&frag)[1][IG_NI][4] = *reinterpret_cast<const float(*)[1][IG_NI][4]>(acc);
+    const int wm0 = warp * 16;
+    auto row_off = [&](int row) -> int { return m0 + row < WG_M ? (m0 + row) * IG_K + n0 : -1; };
+#if IG_CLUSTER
+    cluster_store_tile<WG_BM, WG_BN, IG_THREADS, 1, IG_NI, IG_SPLIT_K>(smem, frag, wm0, 0, lane, tid, IG_K - n0, y,
+                                                                      row_off);
+#else
+    float* part = IG_SPLIT_K > 1 ? ws + (i64)blockIdx.y * WG_M * IG_K : nullptr;
+    store_tile<WG_BM, WG_BN, IG_THREADS, 1, IG_NI, (IG_SPLIT_K > 1)>(smem, frag, wm0, 0, lane, tid, IG_K - n0, y,
+                                                                   part, row_off);
+#endif
+}
+
+/* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */
+KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y)
+{
+    splitk_sum<IG_SPLIT_K>(ws, y, (i64)WG_M * IG_K);
+}

@@ -1,0 +1,223 @@
+"""ConvWgmmaFwdNhwc: implicit-GEMM forward convolution on Hopper's warpgroup MMA (wgmma), CUDA
+on compute capability 9.0 only (kernels/cuda/wgmma_fwd.cu, built for sm_90a;
+kernels/common/wgmma_sm90.h).
+
+The GEMM of ConvIgemmFwdNhwc (M = N*Ho*Wo output pixels, N = K output channels, reduction over
+R*S*C filter taps, the im2col gather done while loading tiles): fp16 or bf16 in, fp32
+accumulation, packed NHWC x and y, filter packed in NHWC order (K, R, S, C), groups = 1, C and K
+multiples of 8, any stride, padding and dilation. Shape and config are compiled in.
+
+A config is the block tile (``bm`` x ``bn``: ``bm`` / 64 warpgroups of 128 threads, each 64 rows
+by ``bn`` columns, one wgmma m64n``bn``k16 per 16-wide slice of a 64-wide k-tile), the depth of
+the cp.async ring (``stages``; ``stages`` - 2 k-tiles of copies in flight while the MMAs run) and
+the split of the reduction (``split_k``: a thread-block cluster summing through distributed
+shared memory, or beyond 8 slices fp32 partials in the workspace and a second kernel)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+from miopy.problem.conv import ConvProblem, Direction
+from miopy.solution import KernelSpec
+from miopy.solvers.conv.igemm_common import (
+    MAX_CLUSTER,
+    REDUCE_THREADS,
+    IgemmSolver,
+    arch_number,
+    cluster_split,
+    cluster_tile_bytes,
+    compute_units,
+    conv_shape_defines,
+    nhwc_tensor_core_reason,
+    smem_limit,
+    split_workspace_bytes,
+)
+
+WGMMA_ARCH = 90  # wgmma exists on sm_90a alone (not on later architectures' plain targets)
+DOMAIN: dict[str, tuple[int, ...]] = {
+    "bm": (64, 128),  # GEMM rows per block: one or two warpgroups of 64 rows
+    "bn": (64, 128, 256),  # GEMM columns per block: the wgmma's N
+    "stages": (3, 4, 5, 6, 7, 8),  # k-tiles of 64 in the shared-memory ring
+    "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction
+}
+FIELDS = tuple(DOMAIN)
+BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
+ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
+MIN_SLICE_TILES = 6  # k-tiles of each slice of a split reduction, at least
+WAVE_TIE = 0.05  # a larger default split must fill the last wave by this much more
+SEARCH_STAGES = (3, 4, 5, 6)
+
+
+def wg_config(bm: int, bn: int, stages: int, split_k: int = 1) -> dict[str, int]:
+    return {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k}
+
+
+def threads(config: dict[str, int]) -> int:
+    """128 threads (one warpgroup) per 64 rows of the block tile."""
+    return config["bm"] * 2
+
+
+def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
+    """k-tiles of the whole reduction (R*S*C taps, 64 at a time)."""
+    k, c, r, s = problem.w.lens
+    return -(-(r * s * c) // BK)
+
+
+def smem_bytes(config: dict[str, int]) -> int:
+    """The ring of ``stages`` k-tiles of A and B (128 bytes per tile row), or the epilogue's
+    rounded tile (rows of bn + 8 elements and one int per row) where larger, plus the alignment
+    slack."""
+    ring = config["stages"] * (config["bm"] + config["bn"]) * 128
+    epilogue = config["bm"] * (config["bn"] + 8) * 2 + config["bm"] * 4
+    return max(ring, epilogue) + ALIGN_SLACK
+
+
+def blocks_per_sm(ctx, config: dict[str, int]) -> int:
+    """Blocks of ``config`` resident on one SM by shared memory (at most 2: the register file
+    holds two blocks of 256 threads at up to 128 registers each)."""
+    return max(1, min(2, smem_limit(ctx) // smem_bytes(config)))
+
+
+def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
+    """The fp32 partial outputs of a split reduction outside a cluster (none without a split)."""
+    n, k, ho, wo = problem.y.lens
+    return split_workspace_bytes(config, n * ho * wo * k)
+
+
+def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
+    """Output tiles times slices of the reduction."""
+    n, _, ho, wo = problem.y.lens
+    k = problem.w.lens[0]
+    return -(-(n * ho * wo) // config["bm"]) * -(-k // config["bn"]) * config["split_k"]
+
+
+def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
+    """wgmma_fwd, one block of ``threads(config)`` per output tile and slice of the reduction
+    (grid dimension 1); with a split outside a cluster igemm_splitk_reduce, one work item per 8
+    outputs. The shape and the config are defines (IG_<shape>, WG_BM, WG_BN, WG_STAGES,
+    IG_SPLIT_K)."""
+    n, _, ho, wo = problem.y.lens
+    k = problem.w.lens[0]
+    defines = conv_shape_defines(problem)
+    defines.update(
+        WG_BM=config["bm"], WG_BN=config["bn"], WG_STAGES=config["stages"], IG_SPLIT_K=config["split_k"]
+    )
+    local = threads(config)
+    split = config["split_k"]
+    tiles = grid_blocks(problem, {**config, "split_k": 1})
+    specs = [KernelSpec("wgmma_fwd", "wgmma_fwd", defines, (tiles * local, split), (local, 1))]
+    if split > 1:
+        work = -(-(n * ho * wo * k // 8) // REDUCE_THREADS) * REDUCE_THREADS
+        specs.append(KernelSpec("wgmma_fwd", "igemm_splitk_reduce", defines, (work,), (REDUCE_THREADS,)))
+    return specs
+
+
+def wgmma_reason(ctx) -> str | None:
+    """Why the device cannot run wgmma kernels (None when it can): it must be sm_90 (built for
+    sm_90a)."""
+    arch = arch_number(ctx)
+    if arch != WGMMA_ARCH:
+        return f"wgmma needs sm_90 (the device is {getattr(getattr(ctx, 'info', None), 'arch', None)})"
+    return None
+
+
+class ConvWgmmaFwdNhwc(IgemmSolver):
+    name = "ConvWgmmaFwdNhwc"
+    id = 240  # no MIOpen counterpart; outside the range of its solver ids
+    direction = Direction.FORWARD
+    reads, writes = ("x", "w"), "y"
+    domain = DOMAIN
+    reduction_tiles = staticmethod(k_tiles)
+    smem_bytes = staticmethod(smem_bytes)
+    workspace_bytes = staticmethod(workspace_bytes)
+    kernel_specs = staticmethod(kernel_specs)
+
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
+
+    def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
+        """Exactly DOMAIN's fields with values from it; no more slices than k-tiles; shared
+        memory within the device's limit; at most 1024 threads."""
+        if not isinstance(config, dict) or set(config) != set(DOMAIN):
+            return False
+        if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items()):
+            return False
+        if config["split_k"] > k_tiles(problem, config):
+            return False
+        info = getattr(ctx, "info", None)
+        if info is not None and threads(config) > info.max_work_group_size:
+            return False
+        return self.launch_smem(ctx, config) <= smem_limit(ctx)
+
+    def launch_smem(self, ctx, config: dict[str, int]) -> int:
+        """smem_bytes, or a cluster split's fp32 partial tile (plus the alignment slack) where
+        that is larger."""
+        own = smem_bytes(config)
+        if cluster_split(ctx, config):
+            return max(own, cluster_tile_bytes(config) + ALIGN_SLACK)
+        return own
+
+    def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
+        """128-row blocks (two warpgroups), ``bn`` 64 for K <= 64, else 128; the deepest ring of
+        at most 6 stages that leaves room for two blocks per SM where one is 64 wide, else one;
+        where the grid has fewer blocks than SMs, _default_split's cluster split."""
+        k = problem.w.lens[0]
+        bn = 64 if k <= 64 else 128
+        config = wg_config(128, bn, 6)
+        budget = smem_limit(ctx) // (2 if bn == 64 else 1)
+        while config["stages"] > 3 and smem_bytes(config) > budget:
+            config["stages"] -= 1
+        config["split_k"] = self._default_split(ctx, problem, config)
+        if not self.is_valid_config(ctx, problem, config):
+            config = wg_config(64, 64, 3)
+        return config
+
+    def _default_split(self, ctx, problem: ConvProblem, config: dict[str, int]) -> int:
+        """1 where the grid has at least as many blocks as SMs; else the cluster split with the
+        fullest last wave (blocks over resident slots, blocks_per_sm of them per SM), the
+        smaller on a tie within WAVE_TIE, keeping MIN_SLICE_TILES k-tiles per slice."""
+        cus = compute_units(ctx)
+        blocks = grid_blocks(problem, {**config, "split_k": 1})
+        if blocks >= cus:
+            return 1
+        slots = cus * blocks_per_sm(ctx, config)
+        best, best_fill = 1, blocks / slots
+        for split in DOMAIN["split_k"][1:]:
+            candidate = {**config, "split_k": split}
+            if split > MAX_CLUSTER or not cluster_split(ctx, candidate):
+                continue
+            if k_tiles(problem, config) < split * MIN_SLICE_TILES:
+                break
+            total = blocks * split
+            fill = total / (-(-total // slots) * slots)
+            if fill > best_fill + WAVE_TIE:
+                best, best_fill = split, fill
+        return best
+
+    def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
+        """Every block tile (bn no wider than the next power of two of K, at least 64) with 3 to
+        6 stages, each also split (2 to 8, clusters where the device has them) where the
+        unsplit grid has fewer blocks than twice the SMs, into at most 4 blocks per SM with
+        MIN_SLICE_TILES k-tiles per slice. The default config where none is valid."""
+        k = problem.w.lens[0]
+        cap = max(64, 1 << (k - 1).bit_length())
+        cus = compute_units(ctx)
+        out = []
+        for bm, bn, stages in itertools.product(DOMAIN["bm"], DOMAIN["bn"], SEARCH_STAGES):
+            if bn > cap:
+                continue
+            base = wg_config(bm, bn, stages)
+            blocks = grid_blocks(problem, base)
+            for split in DOMAIN["split_k"]:
+                if split > 1 and (
+                    blocks >= 2 * cus
+                    or blocks * split > 4 * cus
+                    or k_tiles(problem, base) < split * MIN_SLICE_TILES
+                ):
+                    continue
+                config = {**base, "split_k": split}
+                if self.is_valid_config(ctx, problem, config):
+                    out.append(config)
+        return out or [self.default_config(ctx, problem)]

@@ -1,0 +1,172 @@
+"""ConvWgmmaFwdNhwc's search space against cuDNN and the mma.sync solver on the ResNet-50 3x3
+layers (batch 32, NHWC), on an sm_90 GPU.
+
+Timed as scripts/bench_igemm.py times (device events around back-to-back launches queued behind
+a sleep kernel, rotating input sets, median of repeats); every config is checked against cuDNN's
+output first. Before the sweep, a few small GEMM-like problems show where wrong outputs lie (by
+row and column block), should any config be wrong. Needs torch, cupy and cuda-bindings.
+
+    python scripts/bench_wgmma.py [--dtypes fp16] [--layers 0,1,2,3] [--configs all|default] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from bench_igemm import check_and_time, device_us, handle_next_to_cudnn, kernel_facts
+
+from miopy.engine.bench import compile_all
+from miopy.engine.candidates import applicable, make_solution
+from miopy.problem.conv import ConvDesc, ConvProblem
+from miopy.solution import InvokeArgs
+from miopy.solvers.conv.implicit_gemm_wgmma import ConvWgmmaFwdNhwc, grid_blocks, wg_config
+from miopy.tensor import TensorDesc
+
+SOLVER = ConvWgmmaFwdNhwc()
+BATCH = 32
+LAYERS = [(64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512)]  # (C, H=W, K), 3x3, pad 1
+SETS = 3
+
+
+def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
+    """Device time of the first applicable solver after this one (what immediate mode ran before)."""
+    other = [s for s in applicable(handle, problem) if s.name != SOLVER.name][0]
+    sol = make_solution(handle, problem, other)
+    invoker = handle.prepare_invoker(sol)
+    ws = handle.backend.alloc(sol.workspace) if sol.workspace else None
+    fns = [functools.partial(invoker, InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws)) for i in range(SETS)]
+    return other.name, device_us(fns, iters=20)
+
+
+def problem_of(dtype: str, n: int, c: int, hw: int, k: int, f: int, pad: int) -> ConvProblem:
+    return ConvProblem.create(
+        TensorDesc(dtype, (n, c, hw, hw), layout="NHWC"),
+        TensorDesc(dtype, (k, c, f, f), layout="NHWC"),
+        ConvDesc((pad, pad)),
+        "F",
+    )
+
+
+def diagnose(handle) -> None:
+    """Small problems, each config of every tile shape: the error and where it lies."""
+    cases = [(1, 64, 8, 64, 1, 0), (2, 64, 8, 128, 1, 0), (2, 128, 9, 256, 3, 1)]
+    for n, c, hw, k, f, pad in cases:
+        problem = problem_of("fp16", n, c, hw, k, f, pad)
+        x = torch.randn(n, c, hw, hw, device="cuda", dtype=torch.float16)
+        x = x.to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, f, f, device="cuda") / (c * f * f) ** 0.5).half()
+        w = w.to(memory_format=torch.channels_last)
+        ref = F.conv2d(x, w, padding=pad).float()
+        for bm in (64, 128):
+            for bn in (64, 128, 256):
+                config = wg_config(bm, bn, 3)
+                if not SOLVER.is_valid_config(handle, problem, config):
+                    continue
+                y = torch.full_like(ref, float("nan")).half().to(memory_format=torch.channels_last)
+                sol = compile_all(handle, [make_solution(handle, problem, SOLVER, config)])[0]
+                be = handle.backend
+                tensors = {"x": be.wrap(x), "w": be.wrap(w), "y": be.wrap(y)}
+                handle.prepare_invoker(sol)(InvokeArgs(tensors, None))
+                torch.cuda.synchronize()
+                got = y.float().permute(0, 2, 3, 1).reshape(-1, k)  # rows m, columns k
+                want = ref.permute(0, 2, 3, 1).reshape(-1, k)
+                bad = ~((got - want).abs() <= 0.02 + 0.02 * want.abs())
+                err = float((got - want).nan_to_num(1e3).norm() / want.norm())
+                line = f"diag n{n} c{c} {hw}x{hw} k{k} {f}x{f} {config}: rel err {err:.2e}"
+                line += f", bad {int(bad.sum())}"
+                if bad.any():
+                    rows = bad.any(1).nonzero().flatten()[:12].tolist()
+                    cols = bad.any(0).nonzero().flatten()[:24].tolist()
+                    m0 = int(bad.any(1).nonzero()[0])
+                    line += f"\n   bad rows {rows}\n   bad cols {cols}"
+                    line += f"\n   row {m0}: got {got[m0, :8].tolist()}\n   want {want[m0, :8].tolist()}"
+                print(line, flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="fp16")
+    ap.add_argument("--configs", default="all", choices=["all", "default"])
+    ap.add_argument("--layers", default="0,1,2,3")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--no-diag", action="store_true")
+    args = ap.parse_args()
+    handle = handle_next_to_cudnn()
+    if not args.no_diag:
+        diagnose(handle)
+    results = []
+    for dtype in args.dtypes.split(","):
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        for c, hw, k in [LAYERS[int(i)] for i in args.layers.split(",")]:
+            xs = [
+                torch.randn(BATCH, c, hw, hw, device="cuda", dtype=tdt).to(memory_format=torch.channels_last)
+                for _ in range(SETS)
+            ]
+            w = (torch.randn(k, c, 3, 3, device="cuda") / (c * 9) ** 0.5).to(tdt)
+            w = w.to(memory_format=torch.channels_last)
+            refs = [F.conv2d(x, w, padding=1) for x in xs]
+            ys = [torch.empty_like(r) for r in refs]
+            cudnn = device_us([functools.partial(F.conv2d, x, w, padding=1) for x in xs])
+            problem = problem_of(dtype, BATCH, c, hw, k, 3, 1)
+            flops = 2.0 * BATCH * hw * hw * k * c * 9
+            configs = [SOLVER.default_config(handle, problem)]
+            if args.configs == "all":
+                configs += [cfg for cfg in SOLVER.search_space(handle, problem) if cfg not in configs]
+            sols = compile_all(handle, [make_solution(handle, problem, SOLVER, cfg) for cfg in configs])
+            be = handle.backend
+            wb, xb, yb = be.wrap(w), [be.wrap(x) for x in xs], [be.wrap(y) for y in ys]
+
+            def facts(sol, problem=problem):
+                smem = SOLVER.launch_smem(handle, sol.config)
+                blocks = grid_blocks(problem, sol.config)
+                return {"blocks": blocks, "smem": smem, **kernel_facts(handle, sol, smem)}
+
+            tensor_sets = [{"x": xb[i], "w": wb, "y": yb[i]} for i in range(SETS)]
+            rows = check_and_time(handle, sols, tensor_sets, ys, refs, flops, facts)
+            today = time_today(handle, problem, xb, wb, yb)
+            ok = [r for r in rows if r["err"] < 2e-2]
+            best = min(ok, key=lambda r: r["us"]) if ok else None
+            layer = f"C{c} {hw}x{hw} K{k}"
+            results.append({"dtype": dtype, "layer": layer, "cudnn_us": cudnn, "today": today, "rows": rows})
+            for r in sorted(rows, key=lambda r: r["us"]):
+                print(
+                    f"  {dtype} {layer} {json.dumps(r['config'])}: {r['us']:7.1f} us {r['tflops']:4.0f} TF "
+                    f"err {r['err']:.1e} regs {r.get('regs')} occ {r.get('blocks_per_sm')} "
+                    f"blocks {r['blocks']}"
+                )
+            d, b = rows[0], best or rows[0]
+            print(
+                f"{dtype} {layer}: cuDNN {cudnn:6.1f} us | "
+                f"{today[0]} {today[1]:6.1f} us x{today[1] / cudnn:.2f} | "
+                f"wgmma default {d['us']:6.1f} us x{d['us'] / cudnn:.2f} err {d['err']:.1e} | "
+                f"best {b['us']:6.1f} us x{b['us'] / cudnn:.2f} {json.dumps(b['config'])}",
+                flush=True,
+            )
+            del xs, ys, refs
+    for key in ("default", "best"):
+        ratios = []
+        for e in results:
+            ok = [r for r in e["rows"] if r["err"] < 2e-2] or e["rows"]
+            us = e["rows"][0]["us"] if key == "default" else min(r["us"] for r in ok)
+            ratios.append(us / e["cudnn_us"])
+        if ratios:
+            geo = statistics.geometric_mean(ratios)
+            print(f"{key}: geomean ratio to cuDNN {geo:.2f}, worst {max(ratios):.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    wrong = [(e["layer"], r["config"]) for e in results for r in e["rows"] if not r["err"] < 2e-2]
+    if wrong:
+        print("WRONG RESULTS:", wrong)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

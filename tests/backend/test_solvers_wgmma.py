@@ -1,0 +1,258 @@
+"""ConvWgmmaFwdNhwc, the Hopper wgmma implicit-GEMM forward convolution (sm_90 only).
+
+On the CPU: applicability (sm_90 only), the config space (validation, defaults, search space),
+the launch geometry, the sm_90a target of its kernel file, and NVRTC builds of a sample of
+configs. On a GPU (marked ``gpu``, skipped where the device is not sm_90): random problems
+(strides, padding, dilation, partial tiles, both data types), a sample of the search space and
+every tile shape, split reductions, against the NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import support
+
+from miopy import backends
+from miopy.problem.conv import ConvProblem
+from miopy.solvers import CONV_SOLVERS, by_name
+from miopy.solvers.conv.igemm_common import cluster_split
+from miopy.solvers.conv.implicit_gemm_wgmma import (
+    DOMAIN,
+    ConvWgmmaFwdNhwc,
+    grid_blocks,
+    k_tiles,
+    smem_bytes,
+    threads,
+    wg_config,
+)
+
+SOLVER = ConvWgmmaFwdNhwc()
+make = support.conv_problem
+CTX = support.fake_cuda_ctx()
+RESNET = [
+    make("fp16", (32, c, hw, hw), (k, c, 3, 3), pads=(1, 1))
+    for c, hw, k in [(64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512)]
+]
+ODD = make("bf16", (3, 24, 9, 11), (40, 24, 2, 3), pads=(1, 0), strides=(2, 2), dilations=(2, 1))
+
+
+# ---- applicability -------------------------------------------------------------------------------
+def test_applicable_on_sm90_only():
+    assert SOLVER.is_applicable(CTX, RESNET[0]) is None
+    assert SOLVER.is_applicable(CTX, ODD) is None
+    for arch in ("sm_80", "sm_89", "sm_100", "sm_120"):
+        reason = SOLVER.is_applicable(support.fake_cuda_ctx(arch=arch), RESNET[0])
+        assert reason is not None and "sm_90" in reason, (arch, reason)
+    assert "cuda" in SOLVER.is_applicable(support.fake_cuda_ctx("opencl"), RESNET[0])
+    reasons = {
+        "direction": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), "B", pads=(1, 1)),
+        "dtype": make("fp32", (2, 16, 8, 8), (16, 16, 3, 3), pads=(1, 1)),
+        "groups": make("fp16", (2, 16, 8, 8), (16, 8, 3, 3), pads=(1, 1), groups=2),
+        "NHWC": make("fp16", (2, 16, 8, 8), (16, 16, 3, 3), layouts=("NCHW",) * 3, pads=(1, 1)),
+        "multiples of 8": make("fp16", (2, 12, 8, 8), (16, 12, 3, 3), pads=(1, 1)),
+    }
+    for word, problem in reasons.items():
+        reason = SOLVER.is_applicable(CTX, problem.conv_view())
+        assert reason is not None and word in reason, (word, reason)
+
+
+def test_registered_ahead_of_the_mma_sync_solver():
+    names = [s.name for s in CONV_SOLVERS]
+    assert names.index("ConvWgmmaFwdNhwc") < names.index("ConvIgemmFwdNhwc")
+    assert by_name("ConvWgmmaFwdNhwc", "conv") is not None and by_name(240, "conv").name == SOLVER.name
+
+
+# ---- configs -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("problem", [*RESNET, ODD], ids=["L3", "L6", "L9", "L12", "odd"])
+def test_search_space_and_default(problem):
+    space = list(SOLVER.search_space(CTX, problem))
+    assert space and all(SOLVER.is_valid_config(CTX, problem, c) for c in space)
+    assert len({tuple(sorted(c.items())) for c in space}) == len(space)
+    default = SOLVER.default_config(CTX, problem)
+    assert SOLVER.is_valid_config(CTX, problem, default)
+    k = problem.w.lens[0]
+    assert all(c["bn"] <= max(64, 1 << (k - 1).bit_length()) for c in space)
+
+
+def test_default_config_follows_the_problem():
+    l3, l6, l9, l12 = (SOLVER.default_config(CTX, p) for p in RESNET)
+    assert l3["bn"] == 64 and l6["bn"] == 128
+    assert l3["split_k"] == 1 and l6["split_k"] == 1
+    # 7x7 images: fewer tiles than SMs, so the reduction is split in a cluster
+    assert l12["split_k"] > 1 and cluster_split(CTX, l12)
+    assert grid_blocks(RESNET[3], l12) <= 2 * CTX.info.compute_units
+    assert k_tiles(RESNET[3], l12) >= l12["split_k"] * 6
+    for config in (l3, l6, l9, l12):
+        assert SOLVER.launch_smem(CTX, config) <= CTX.info.max_dynamic_shared
+
+
+def test_is_valid_config_rejects_garbage():
+    good = wg_config(128, 128, 4)
+    assert SOLVER.is_valid_config(CTX, RESNET[1], good)
+    for bad in (
+        None,
+        {**good, "bm": 256},
+        {**good, "bn": 96},
+        {**good, "stages": 2},
+        {**good, "stages": 4.0},
+        {**good, "split_k": 5},
+        {k: v for k, v in good.items() if k != "stages"},
+        {**good, "extra": 1},
+    ):
+        assert not SOLVER.is_valid_config(CTX, RESNET[1], bad), bad
+    # shared memory: 8 stages of 128 x 256 tiles are 384 KB
+    assert not SOLVER.is_valid_config(CTX, RESNET[2], wg_config(128, 256, 8))
+    assert not SOLVER.is_valid_config(support.fake_cuda_ctx(smem=100_000), RESNET[2], wg_config(128, 128, 4))
+    # more slices than k-tiles: R*S*C = 2*3*24 = 144 taps are 3 k-tiles
+    assert SOLVER.is_valid_config(CTX, ODD, wg_config(64, 64, 3, 3))
+    assert not SOLVER.is_valid_config(CTX, ODD, wg_config(64, 64, 3, 4))
+
+
+def test_launch_geometry():
+    problem = RESNET[1]
+    config = wg_config(128, 64, 4)
+    program = SOLVER.get_program(CTX, problem, config)
+    (launch,) = program.steps
+    spec = launch.spec
+    assert spec.name == "wgmma_fwd" and spec.file == "wgmma_fwd"
+    assert spec.local_size == (threads(config), 1) == (256, 1)
+    tiles = -(-32 * 28 * 28 // 128) * 2
+    assert spec.global_size == (tiles * 256, 1)
+    assert launch.shared_mem == smem_bytes(config) == 4 * (128 + 64) * 128 + 1024
+    d = dict(spec.defines)
+    assert (d["WG_BM"], d["WG_BN"], d["WG_STAGES"], d["IG_SPLIT_K"]) == (128, 64, 4, 1)
+    assert (d["IG_C"], d["IG_K"], d["IG_R"], d["IG_PH"]) == (128, 128, 3, 1)
+    assert "IG_BM" not in d  # the kernel derives its m16n8 view itself
+    assert program.workspace == 0
+
+
+def test_cluster_split_geometry():
+    problem = RESNET[3]
+    config = wg_config(128, 128, 4, 2)
+    program = SOLVER.get_program(CTX, problem, config)
+    (launch,) = program.steps  # the slices sum in the cluster: no workspace, no second kernel
+    assert dict(launch.spec.defines)["IG_CLUSTER"] == 1
+    assert launch.spec.global_size == (13 * 4 * 256, 2)
+    assert launch.shared_mem >= 128 * (128 + 4) * 4
+    assert SOLVER.workspace_size(CTX, problem, config) == 0
+
+
+# ---- the kernel builds for sm_90a ----------------------------------------------------------------
+def test_kernel_file_targets_sm90a():
+    from miopy.backends.base import KERNEL_ROOT
+    from miopy.backends.cuda import source_target
+
+    source = (KERNEL_ROOT / "cuda" / "wgmma_fwd.cu").read_text()
+    assert source_target(source, "sm_90") == "sm_90a"
+    assert source_target(source, "sm_100") == "sm_100"  # the line names sm_90a only
+    plain = (KERNEL_ROOT / "cuda" / "igemm_fwd.cu").read_text()
+    assert source_target(plain, "sm_90") == "sm_90"
+
+
+@support.needs_nvrtc
+def test_wgmma_needs_sm90a():
+    """The header refuses a plain sm_90 build (wgmma would not assemble there)."""
+    from miopy.backends.cuda import compile_cubin
+    from miopy.errors import CompileError
+
+    src = '#include "common/wgmma_sm90.h"\nKERNEL void k(float* p) { wgmma_fence(); }\n'
+    with pytest.raises(CompileError, match="sm_90a"):
+        compile_cubin(src, "t.cu", ["-DMIOPY_DTYPE=1"], arch="sm_90")
+    assert compile_cubin(src, "t.cu", ["-DMIOPY_DTYPE=1"], arch="sm_90a")[:4] == b"\x7fELF"
+
+
+@support.needs_nvrtc
+def test_sample_of_configs_compiles_for_sm90a():
+    """NVRTC builds the kernels of the default, every tile shape and a spread of the search space."""
+    rng = np.random.default_rng(7)
+    for problem in (RESNET[3], ODD):
+        configs = support.config_spread(SOLVER, CTX, problem, rng)
+        configs += [wg_config(bm, bn, 3) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"]]
+        configs = [c for c in configs if SOLVER.is_valid_config(CTX, problem, c)]
+        support.assert_builds_for_sm90(SOLVER, CTX, problem, configs, "wgmma_fwd")
+
+
+# ---- on a GPU: against the reference ------------------------------------------------------------
+_WHY = backends.unavailable_reason("cuda")
+
+
+@pytest.fixture(scope="module")
+def handle():
+    from miopy.handle import Handle
+
+    h = Handle("cuda")
+    if SOLVER.is_applicable(h, RESNET[0]) is not None:
+        pytest.skip(f"not an sm_90 device ({h.info.arch})")
+    return h
+
+
+def check(handle, problem: ConvProblem, rng, config=None) -> float:
+    return support.check_solver(handle, SOLVER, problem, rng, config)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_random_problems(handle, dtype):
+    """Default configs on random problems: odd channel multiples of 8, sizes, filters, strides,
+    padding, dilation; M rarely a multiple of the tile."""
+    rng = np.random.default_rng({"fp16": 51, "bf16": 52}[dtype])
+    done = 0
+    while done < 12:
+        c, k = 8 * int(rng.integers(1, 13)), 8 * int(rng.integers(1, 41))
+        try:
+            problem = make(
+                dtype,
+                (int(rng.integers(1, 5)), c, *rng.integers(1, 24, 2)),
+                (k, c, *rng.integers(1, 6, 2)),
+                pads=tuple(rng.integers(0, 3, 2)),
+                strides=tuple(rng.integers(1, 4, 2)),
+                dilations=tuple(rng.integers(1, 3, 2)),
+            )
+        except ValueError:
+            continue
+        check(handle, problem, rng)
+        done += 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_every_tile_and_a_search_sample(handle):
+    """Every tile shape and a spread of the search space on a problem with partial tiles in M,
+    N and the reduction."""
+    problem = make("fp16", (3, 40, 13, 15), (136, 40, 3, 3), pads=(1, 2), strides=(1, 2), dilations=(2, 1))
+    rng = np.random.default_rng(53)
+    configs = [wg_config(bm, bn, s) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"] for s in (3, 5)]
+    space = list(SOLVER.search_space(handle, problem))
+    configs += [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    for config in configs:
+        check(handle, problem, rng, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_split_reduction(handle):
+    """Cluster splits (uneven slices too) give the unsplit answer, both data types."""
+    rng = np.random.default_rng(54)
+    for dtype, config in (
+        ("fp16", wg_config(128, 128, 4, 2)),
+        ("bf16", wg_config(64, 256, 3, 3)),
+        ("fp16", wg_config(128, 64, 5, 8)),
+    ):
+        problem = make(dtype, (4, 96, 7, 7), (200, 96, 3, 3), pads=(1, 1))
+        assert SOLVER.is_valid_config(handle, problem, config)
+        check(handle, problem, rng, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_resnet_layers_small_batch(handle):
+    """The ResNet-50 3x3 layers at batch 2 with their batch-32 default configs."""
+    rng = np.random.default_rng(55)
+    for big in RESNET:
+        n, c, h, w = big.x.lens
+        problem = make("bf16", (2, c, h, w), big.w.lens, pads=(1, 1))
+        config = SOLVER.default_config(handle, big)
+        if SOLVER.is_valid_config(handle, problem, config):
+            check(handle, problem, rng, config)
+        check(handle, problem, rng)
