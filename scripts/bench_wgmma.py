@@ -24,8 +24,14 @@ from bench_igemm import check_and_time, device_us, handle_next_to_cudnn, kernel_
 from miopy.engine.bench import compile_all
 from miopy.engine.candidates import applicable, make_solution
 from miopy.problem.conv import ConvDesc, ConvProblem
-from miopy.solution import InvokeArgs
-from miopy.solvers.conv.implicit_gemm_wgmma import ConvWgmmaFwdNhwc, grid_blocks, wg_config
+from miopy.solution import InvokeArgs, KernelSpec
+from miopy.solvers.conv.implicit_gemm_wgmma import (
+    ConvWgmmaBwdNhwc,
+    ConvWgmmaFwdNhwc,
+    bwd_kernel_specs,
+    grid_blocks,
+    wg_config,
+)
 from miopy.tensor import TensorDesc
 
 SOLVER = ConvWgmmaFwdNhwc()
@@ -89,6 +95,54 @@ def diagnose(handle) -> None:
                 print(line, flush=True)
 
 
+def _swapped_specs(problem, config):
+    return [
+        KernelSpec(k.file, k.name, {**dict(k.defines), "WG_MN_SWAP": 1}, k.global_size, k.local_size)
+        for k in bwd_kernel_specs(problem, config)
+    ]
+
+
+class _SwappedBwd(ConvWgmmaBwdNhwc):
+    """The backward solver with the N-major descriptor's two offsets exchanged (a diagnostic)."""
+
+    name = "ConvWgmmaBwdNhwcSwapped"
+    kernel_specs = staticmethod(_swapped_specs)
+
+
+def diagnose_bwd(handle) -> None:
+    """Backward data on small problems, every tile width, both readings of the N-major layout."""
+    for n, c, hw, k, f, pad in [(1, 64, 8, 64, 1, 0), (2, 128, 8, 64, 1, 0), (2, 256, 9, 128, 3, 1)]:
+        problem = ConvProblem.create(
+            TensorDesc("fp16", (n, c, hw, hw), layout="NHWC"),
+            TensorDesc("fp16", (k, c, f, f), layout="NHWC"),
+            ConvDesc((pad, pad)),
+            "B",
+        )
+        dy = torch.randn(n, k, hw, hw, device="cuda", dtype=torch.float16)
+        dy = dy.to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, f, f, device="cuda") / (k * f * f) ** 0.5).half()
+        w = w.to(memory_format=torch.channels_last)
+        x0 = torch.zeros(n, c, hw, hw, device="cuda", dtype=torch.float16).to(
+            memory_format=torch.channels_last
+        )
+        ref = torch.ops.aten.convolution_backward(
+            dy, x0, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, [True, False, False]
+        )[0].float()
+        for solver in (ConvWgmmaBwdNhwc(), _SwappedBwd()):
+            for bm, bn in ((64, 64), (128, 128), (128, 256)):
+                config = wg_config(bm, bn, 3)
+                if not solver.is_valid_config(handle, problem, config):
+                    continue
+                dx = torch.full_like(x0, float("nan"))
+                sol = compile_all(handle, [make_solution(handle, problem, solver, config)])[0]
+                be = handle.backend
+                tensors = {"x": be.wrap(dx), "w": be.wrap(w), "y": be.wrap(dy)}
+                handle.prepare_invoker(sol)(InvokeArgs(tensors, None))
+                torch.cuda.synchronize()
+                err = float((dx.float() - ref).nan_to_num(1e3).norm() / ref.norm())
+                print(f"diag bwd {solver.name} n{n} c{c} {hw}x{hw} k{k} {f}x{f} {config}: rel err {err:.2e}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
@@ -99,7 +153,11 @@ def main() -> int:
     args = ap.parse_args()
     handle = handle_next_to_cudnn()
     if not args.no_diag:
-        diagnose(handle)
+        for diag in (diagnose, diagnose_bwd):
+            try:
+                diag(handle)
+            except Exception as exc:  # reported; the sweep still runs
+                print(f"{diag.__name__} failed: {type(exc).__name__}: {exc}", flush=True)
     results = []
     for dtype in args.dtypes.split(","):
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]

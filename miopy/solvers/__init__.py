@@ -32,7 +32,7 @@ from miopy.solvers.conv.implicit_gemm_pad_tf32x3 import (
 from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
 from miopy.solvers.conv.implicit_gemm_phase_tf32x3 import ConvIgemmBwdPhaseTf32x3
 from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgemmFwdTf32x3
-from miopy.solvers.conv.implicit_gemm_wgmma import ConvWgmmaFwdNhwc
+from miopy.solvers.conv.implicit_gemm_wgmma import ConvWgmmaBwdNhwc, ConvWgmmaFwdNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
@@ -68,6 +68,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmPadFwdTf32x3(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
+        ConvWgmmaBwdNhwc(),
         ConvIgemmBwdNhwc(),
         ConvIgemmPadBwdNhwc(),
         ConvIgemmBwdTf32x3(),

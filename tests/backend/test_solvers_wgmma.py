@@ -18,6 +18,7 @@ from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.igemm_common import cluster_split
 from miopy.solvers.conv.implicit_gemm_wgmma import (
     DOMAIN,
+    ConvWgmmaBwdNhwc,
     ConvWgmmaFwdNhwc,
     grid_blocks,
     k_tiles,
@@ -27,6 +28,7 @@ from miopy.solvers.conv.implicit_gemm_wgmma import (
 )
 
 SOLVER = ConvWgmmaFwdNhwc()
+BWD = ConvWgmmaBwdNhwc()
 make = support.conv_problem
 CTX = support.fake_cuda_ctx()
 RESNET = [
@@ -137,6 +139,26 @@ def test_cluster_split_geometry():
     assert SOLVER.workspace_size(CTX, problem, config) == 0
 
 
+# ---- backward data (stride 1) -------------------------------------------------------------------
+def test_bwd_applicability_and_geometry():
+    l6 = make("fp16", (32, 128, 28, 28), (128, 128, 3, 3), "B", pads=(1, 1))
+    assert BWD.is_applicable(CTX, l6) is None
+    strided = make("fp16", (2, 16, 9, 9), (16, 16, 3, 3), "B", pads=(1, 1), strides=(2, 2))
+    assert "stride 1" in BWD.is_applicable(CTX, strided)
+    assert "sm_90" in BWD.is_applicable(support.fake_cuda_ctx(arch="sm_80"), l6)
+    assert "direction" in BWD.is_applicable(CTX, RESNET[1])
+    problem = make("bf16", (3, 40, 13, 15), (24, 40, 3, 2), "B", pads=(1, 0), dilations=(2, 1))
+    config = wg_config(128, 64, 4)
+    (launch,) = BWD.get_program(CTX, problem, config).steps
+    d = dict(launch.spec.defines)
+    # the GEMM: dx pixels by C, reduction over taps by K; dy is the kernel's input
+    assert (d["IG_C"], d["IG_K"], d["IG_H"], d["IG_P"]) == (24, 40, problem.y.lens[2], 13)
+    assert (d["IG_PH"], d["IG_PW"], d["IG_DH"], d["IG_DW"], d["WG_B_MN"]) == (-1, 0, -2, -1, 1)
+    assert launch.spec.global_size == (-(-3 * 13 * 15 // 128) * 1 * 256, 1)
+    assert BWD.default_config(CTX, l6)["bn"] == 128
+    assert all(BWD.is_valid_config(CTX, l6, c) for c in BWD.search_space(CTX, l6))
+
+
 # ---- the kernel builds for sm_90a ----------------------------------------------------------------
 def test_kernel_file_targets_sm90a():
     from miopy.backends.base import KERNEL_ROOT
@@ -170,6 +192,9 @@ def test_sample_of_configs_compiles_for_sm90a():
         configs += [wg_config(bm, bn, 3) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"]]
         configs = [c for c in configs if SOLVER.is_valid_config(CTX, problem, c)]
         support.assert_builds_for_sm90(SOLVER, CTX, problem, configs, "wgmma_fwd")
+    problem = make("fp16", (2, 24, 9, 11), (40, 24, 3, 3), "B", pads=(1, 1))
+    configs = [BWD.default_config(CTX, problem), wg_config(128, 256, 3), wg_config(64, 64, 3, 2)]
+    support.assert_builds_for_sm90(BWD, CTX, problem, configs, "wgmma_fwd")
 
 
 # ---- on a GPU: against the reference ------------------------------------------------------------
@@ -256,3 +281,33 @@ def test_wgmma_resnet_layers_small_batch(handle):
         if SOLVER.is_valid_config(handle, problem, config):
             check(handle, problem, rng, config)
         check(handle, problem, rng)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_bwd_random_problems(handle, dtype):
+    """Backward data, stride 1: default configs on random problems (padding, dilation, odd
+    multiples of 8), then every tile shape on one with partial tiles everywhere."""
+    rng = np.random.default_rng({"fp16": 61, "bf16": 62}[dtype])
+    done = 0
+    while done < 10:
+        c, k = 8 * int(rng.integers(1, 41)), 8 * int(rng.integers(1, 13))
+        try:
+            problem = make(
+                dtype,
+                (int(rng.integers(1, 5)), c, *rng.integers(1, 24, 2)),
+                (k, c, *rng.integers(1, 6, 2)),
+                "B",
+                pads=tuple(rng.integers(0, 3, 2)),
+                dilations=tuple(rng.integers(1, 3, 2)),
+            )
+        except ValueError:
+            continue
+        support.check_solver(handle, BWD, problem, rng)
+        done += 1
+    problem = make(dtype, (3, 136, 13, 15), (40, 136, 3, 3), "B", pads=(1, 2), dilations=(2, 1))
+    for bm in DOMAIN["bm"]:
+        for bn in DOMAIN["bn"]:
+            support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4))
+    support.check_solver(handle, BWD, problem, rng, wg_config(128, 128, 4, 3))

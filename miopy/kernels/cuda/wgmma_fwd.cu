@@ -31,6 +31,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=5 -DIG_SPLIT_K=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_B_MN=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_B_MN=1 -DWG_BM=64 -DWG_BN=64 -DWG_STAGES=3 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_PH=-1 -DIG_PW=-1 -DIG_DH=-1 -DIG_DW=-1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -42,6 +44,9 @@
 #endif
 #ifndef WG_STAGES
 #define WG_STAGES 4
+#endif
+#ifndef WG_B_MN
+#define WG_B_MN 0 /* 1: backward data, B read N-major from the filter as it lies */
 #endif
 /* The m16n8 view of the wgmma tiling for common/igemm_defines.h and the epilogues: a column of
    WG_BM / 16 warps, each a 16 x WG_BN warp tile, k-tiles of 64. */
@@ -65,6 +70,7 @@
 #define WG_TILES_N ((IG_K + WG_BN - 1) / WG_BN)
 #define WG_KT ((WG_KD + 63) / 64)
 #define WG_ACC (WG_BN / 2) /* fp32 accumulators per thread */
+#define WG_B_RC (WG_BN / 8)   /* 16-byte chunks per row of an N-major B tile */
 
 static_assert(WG_BM == 64 || WG_BM == 128, "one or two consumer warpgroups of 64 rows");
 static_assert(WG_BN == 64 || WG_BN == 128 || WG_BN == 256, "wgmma widths");
@@ -135,6 +141,24 @@ KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
             const data_t* src = x + (ok ? a_img[i] + (ih * IG_W + iw) * IG_C + c : 0);
             cp_async_16(stage_addr + dst0 + i * (WG_ROW_STEP * 128), src, ok);
         }
+#if WG_B_MN
+        /* B N-major: row j of the k-tile holds filter (k = j's channel, tap j's r, s) at
+           columns n0 .. n0 + WG_BN, 64 columns per 8 KB block */
+#pragma unroll
+        for(int i = 0; i < WG_B_ITERS; ++i)
+        {
+            const int e = tid + i * IG_THREADS;
+            const int row = e / WG_B_RC;
+            const int ch = e - row * WG_B_RC;
+            const int j = (kt0 + t) * 64 + row;
+            const int jrs = j / IG_C;
+            const int jc = j - jrs * IG_C;
+            const bool ok = j < WG_KD && n0 + ch * 8 < IG_K;
+            const data_t* src = ok ? w + (((i64)jc * (IG_R * IG_S) + jrs) * IG_K + n0 + ch * 8) : w;
+            const u32 dst = (u32)((ch >> 3) * 8192 + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+            cp_async_16(stage_addr + WG_A_BYTES + dst, src, ok);
+        }
+#else
 #pragma unroll
         for(int i = 0; i < WG_B_ITERS; ++i)
         {
@@ -143,6 +167,7 @@ KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
             const data_t* src = ok ? w + ((i64)k * WG_KD + kk) : w;
             cp_async_16(stage_addr + WG_A_BYTES + dst0 + i * (WG_ROW_STEP * 128), src, ok);
         }
+#endif
     };
 
     float acc[WG_ACC];
@@ -168,11 +193,18 @@ KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
         __syncthreads(); /* everyone's are; every warpgroup is done with tile t - 2 */
         const u32 stage = base + read_stage * WG_STAGE_BYTES;
         const u64 da = wgmma_desc(stage + a_rows);
-        const u64 db = wgmma_desc(stage + WG_A_BYTES);
         wgmma_fence();
+#if WG_B_MN
+        const u64 db = wgmma_desc_mn(stage + WG_A_BYTES);
+#pragma unroll
+        for(int ks = 0; ks < 4; ++ks) /* A: 32 bytes = 2 descriptor units; B: 16 rows, 2048 bytes */
+            wgmma_n<WG_BN, 1>(acc, da + 2 * ks, db + 128 * ks);
+#else
+        const u64 db = wgmma_desc(stage + WG_A_BYTES);
 #pragma unroll
         for(int ks = 0; ks < 4; ++ks) /* 16-wide k-slices: 32 bytes = 2 descriptor units */
-            wgmma_n<WG_BN>(acc, da + 2 * ks, db + 2 * ks);
+            wgmma_n<WG_BN, 0>(acc, da + 2 * ks, db + 2 * ks);
+#endif
         wgmma_commit();
         if(t + WG_STAGES - 2 < nkt)
             load_tile(base + write_stage * WG_STAGE_BYTES, t + WG_STAGES - 2);

@@ -100,16 +100,25 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
     IG_SPLIT_K)."""
     n, _, ho, wo = problem.y.lens
     k = problem.w.lens[0]
-    defines = conv_shape_defines(problem)
-    defines.update(
-        WG_BM=config["bm"], WG_BN=config["bn"], WG_STAGES=config["stages"], IG_SPLIT_K=config["split_k"]
-    )
+    tiles = grid_blocks(problem, {**config, "split_k": 1})
+    return specs_of(conv_shape_defines(problem), config, tiles, n * ho * wo * k)
+
+
+def specs_of(defines: dict[str, Any], config: dict[str, int], tiles: int, outputs: int) -> list[KernelSpec]:
+    """The launches of wgmma_fwd with the shape ``defines`` over ``tiles`` output tiles, and the
+    split-K sum of ``outputs`` outputs where the split needs one."""
+    defines = {
+        **defines,
+        "WG_BM": config["bm"],
+        "WG_BN": config["bn"],
+        "WG_STAGES": config["stages"],
+        "IG_SPLIT_K": config["split_k"],
+    }
     local = threads(config)
     split = config["split_k"]
-    tiles = grid_blocks(problem, {**config, "split_k": 1})
     specs = [KernelSpec("wgmma_fwd", "wgmma_fwd", defines, (tiles * local, split), (local, 1))]
     if split > 1:
-        work = -(-(n * ho * wo * k // 8) // REDUCE_THREADS) * REDUCE_THREADS
+        work = -(-(outputs // 8) // REDUCE_THREADS) * REDUCE_THREADS
         specs.append(KernelSpec("wgmma_fwd", "igemm_splitk_reduce", defines, (work,), (REDUCE_THREADS,)))
     return specs
 
@@ -133,6 +142,9 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
     smem_bytes = staticmethod(smem_bytes)
     workspace_bytes = staticmethod(workspace_bytes)
     kernel_specs = staticmethod(kernel_specs)
+    k_tiles = staticmethod(k_tiles)
+    grid_blocks = staticmethod(grid_blocks)
+    width_of = staticmethod(lambda problem: problem.w.lens[0])  # the GEMM's columns
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
         return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
@@ -144,7 +156,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             return False
         if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items()):
             return False
-        if config["split_k"] > k_tiles(problem, config):
+        if config["split_k"] > self.k_tiles(problem, config):
             return False
         info = getattr(ctx, "info", None)
         if info is not None and threads(config) > info.max_work_group_size:
@@ -163,7 +175,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         """128-row blocks (two warpgroups), ``bn`` 64 for K <= 64, else 128; the deepest ring of
         at most 6 stages that leaves room for two blocks per SM where one is 64 wide, else one;
         where the grid has fewer blocks than SMs, _default_split's cluster split."""
-        k = problem.w.lens[0]
+        k = self.width_of(problem)
         bn = 64 if k <= 64 else 128
         config = wg_config(128, bn, 6)
         budget = smem_limit(ctx) // (2 if bn == 64 else 1)
@@ -179,7 +191,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         fullest last wave (blocks over resident slots, blocks_per_sm of them per SM), the
         smaller on a tie within WAVE_TIE, keeping MIN_SLICE_TILES k-tiles per slice."""
         cus = compute_units(ctx)
-        blocks = grid_blocks(problem, {**config, "split_k": 1})
+        blocks = self.grid_blocks(problem, {**config, "split_k": 1})
         if blocks >= cus:
             return 1
         slots = cus * blocks_per_sm(ctx, config)
@@ -188,7 +200,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             candidate = {**config, "split_k": split}
             if split > MAX_CLUSTER or not cluster_split(ctx, candidate):
                 continue
-            if k_tiles(problem, config) < split * MIN_SLICE_TILES:
+            if self.k_tiles(problem, config) < split * MIN_SLICE_TILES:
                 break
             total = blocks * split
             fill = total / (-(-total // slots) * slots)
@@ -201,7 +213,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         6 stages, each also split (2 to 8, clusters where the device has them) where the
         unsplit grid has fewer blocks than twice the SMs, into at most 4 blocks per SM with
         MIN_SLICE_TILES k-tiles per slice. The default config where none is valid."""
-        k = problem.w.lens[0]
+        k = self.width_of(problem)
         cap = max(64, 1 << (k - 1).bit_length())
         cus = compute_units(ctx)
         out = []
@@ -209,15 +221,80 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             if bn > cap:
                 continue
             base = wg_config(bm, bn, stages)
-            blocks = grid_blocks(problem, base)
+            blocks = self.grid_blocks(problem, base)
             for split in DOMAIN["split_k"]:
                 if split > 1 and (
                     blocks >= 2 * cus
                     or blocks * split > 4 * cus
-                    or k_tiles(problem, base) < split * MIN_SLICE_TILES
+                    or self.k_tiles(problem, base) < split * MIN_SLICE_TILES
                 ):
                     continue
                 config = {**base, "split_k": split}
                 if self.is_valid_config(ctx, problem, config):
                     out.append(config)
         return out or [self.default_config(ctx, problem)]
+
+
+# ---- backward data, stride 1 -----------------------------------------------------------------------
+def bwd_defines(problem: ConvProblem) -> dict[str, Any]:
+    """The forward kernel's shape defines for the backward-data GEMM of a stride-1 problem: dy
+    (N, K, Ho, Wo) is its input, dx (N, C, H, W) its output, the taps reach dy at
+    h + pad - r * dilation (negative padding and dilation), and WG_B_MN reads the filter as it
+    lies (rows k of each tap, C contiguous)."""
+    n, c, h, w = problem.x.lens
+    k, _, r, s = problem.w.lens
+    _, _, p, q = problem.y.lens
+    (ph, pw), (dh, dw) = problem.pads, problem.conv.dilations
+    shape = dict(N=n, C=k, H=p, W=q, K=c, R=r, S=s, P=h, Q=w, PH=-ph, PW=-pw, SH=1, SW=1, DH=-dh, DW=-dw)
+    defines: dict[str, Any] = {"MIOPY_DTYPE": problem.dtype.code}
+    defines.update({f"IG_{name}": int(v) for name, v in shape.items()})
+    defines["WG_B_MN"] = 1
+    return defines
+
+
+def bwd_k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
+    """k-tiles of the backward-data reduction (R*S*K: the taps by dy's channels)."""
+    k, _, r, s = problem.w.lens
+    return -(-(r * s * k) // BK)
+
+
+def bwd_workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
+    n, c, h, w = problem.x.lens
+    return split_workspace_bytes(config, n * h * w * c)
+
+
+def bwd_grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
+    """dx tiles (N*H*W pixels by C channels) times slices of the reduction."""
+    n, c, h, w = problem.x.lens
+    return -(-(n * h * w) // config["bm"]) * -(-c // config["bn"]) * config["split_k"]
+
+
+def bwd_kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
+    """kernel_specs' launches with bwd_defines (wgmma_fwd on dy with the N-major filter)."""
+    n, c, h, w = problem.x.lens
+    tiles = bwd_grid_blocks(problem, {**config, "split_k": 1})
+    return specs_of(bwd_defines(problem), config, tiles, n * h * w * c)
+
+
+class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
+    """Backward data of stride-1 problems: wgmma_fwd on dy (taps mirrored through negative
+    padding and dilation), B the filter as it lies read N-major (wgmma's transposed B)."""
+
+    name = "ConvWgmmaBwdNhwc"
+    id = 241
+    direction = Direction.BACKWARD_DATA
+    reads, writes = ("y", "w"), "x"  # dy is role y (read), dx is role x (written)
+    reduction_tiles = staticmethod(bwd_k_tiles)
+    workspace_bytes = staticmethod(bwd_workspace_bytes)
+    kernel_specs = staticmethod(bwd_kernel_specs)
+    k_tiles = staticmethod(bwd_k_tiles)
+    grid_blocks = staticmethod(bwd_grid_blocks)
+    width_of = staticmethod(lambda problem: problem.x.lens[1])
+
+    def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
+        why = nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
+        if why:
+            return why
+        if tuple(problem.conv.strides) != (1, 1):
+            return f"strides={tuple(problem.conv.strides)}: stride 1 only"
+        return None
