@@ -156,6 +156,9 @@ def test_bwd_applicability_and_geometry():
     assert (d["IG_PH"], d["IG_PW"], d["IG_DH"], d["IG_DW"], d["WG_B_MN"]) == (-1, 0, -2, -1, 1)
     assert launch.spec.global_size == (-(-3 * 13 * 15 // 128) * 1 * 256, 1)
     assert BWD.default_config(CTX, l6)["bn"] == 128
+    assert BWD.defers(CTX, l6)  # the mma.sync solver was faster there
+    l12 = make("fp16", (32, 512, 7, 7), (512, 512, 3, 3), "B", pads=(1, 1))
+    assert not BWD.defers(CTX, l12) and BWD.default_config(CTX, l12)["split_k"] == 2
     assert all(BWD.is_valid_config(CTX, l6, c) for c in BWD.search_space(CTX, l6))
 
 
@@ -250,6 +253,8 @@ def test_wgmma_every_tile_and_a_search_sample(handle):
     configs = [wg_config(bm, bn, s) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"] for s in (3, 5)]
     space = list(SOLVER.search_space(handle, problem))
     configs += [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    configs = [c for c in configs if SOLVER.is_valid_config(handle, problem, c)]
+    assert len(configs) >= 12
     for config in configs:
         check(handle, problem, rng, config)
 

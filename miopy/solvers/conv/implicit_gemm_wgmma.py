@@ -46,7 +46,6 @@ FIELDS = tuple(DOMAIN)
 BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
 MIN_SLICE_TILES = 6  # k-tiles of each slice of a split reduction, at least
-WAVE_TIE = 0.05  # a larger default split must fill the last wave by this much more
 SEARCH_STAGES = (3, 4, 5, 6)
 
 
@@ -187,25 +186,23 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return config
 
     def _default_split(self, ctx, problem: ConvProblem, config: dict[str, int]) -> int:
-        """1 where the grid has at least as many blocks as SMs; else the cluster split with the
-        fullest last wave (blocks over resident slots, blocks_per_sm of them per SM), the
-        smaller on a tie within WAVE_TIE, keeping MIN_SLICE_TILES k-tiles per slice."""
-        cus = compute_units(ctx)
+        """The largest cluster split whose grid still fits in one wave of resident blocks
+        (blocks_per_sm per SM), each slice keeping MIN_SLICE_TILES k-tiles; 1 where the unsplit
+        grid fills at least half of one wave. On the H200 a split of 2 took the 512-channel 7x7
+        layer from 34 to 28 us; a split of 4 (three waves of blocks) made the 256-channel 14x14
+        one 1.6x slower than none (2026-11-22)."""
+        slots = compute_units(ctx) * blocks_per_sm(ctx, config)
         blocks = self.grid_blocks(problem, {**config, "split_k": 1})
-        if blocks >= cus:
+        best = 1
+        if 2 * blocks >= slots:
             return 1
-        slots = cus * blocks_per_sm(ctx, config)
-        best, best_fill = 1, blocks / slots
         for split in DOMAIN["split_k"][1:]:
             candidate = {**config, "split_k": split}
             if split > MAX_CLUSTER or not cluster_split(ctx, candidate):
                 continue
-            if self.k_tiles(problem, config) < split * MIN_SLICE_TILES:
+            if self.k_tiles(problem, config) < split * MIN_SLICE_TILES or blocks * split > slots:
                 break
-            total = blocks * split
-            fill = total / (-(-total // slots) * slots)
-            if fill > best_fill + WAVE_TIE:
-                best, best_fill = split, fill
+            best = split
         return best
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
@@ -298,3 +295,9 @@ class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
         if tuple(problem.conv.strides) != (1, 1):
             return f"strides={tuple(problem.conv.strides)}: stride 1 only"
         return None
+
+    def defers(self, ctx, problem: ConvProblem) -> bool:
+        """Immediate mode lists it after ConvIgemmBwdNhwc unless its default splits the
+        reduction (a grid short of half a wave): on the H200 it was 1.1x slower than that solver
+        on the 56x56 and 28x28 ResNet layers and 1.15x faster on the 7x7 one (2026-11-22)."""
+        return self.default_config(ctx, problem)["split_k"] == 1
