@@ -93,7 +93,8 @@ def test_is_valid_config_rejects_garbage():
     assert SOLVER.is_valid_config(CTX, RESNET[1], good)
     for bad in (
         None,
-        {**good, "bm": 256},
+        {**good, "bm": 512},
+        {**good, "bm": 256, "bn": 256},
         {**good, "bn": 96},
         {**good, "stages": 2},
         {**good, "stages": 4.0},
@@ -158,7 +159,7 @@ def test_bwd_applicability_and_geometry():
     assert BWD.default_config(CTX, l6)["bn"] == 128
     assert BWD.defers(CTX, l6)  # the mma.sync solver was faster there
     l12 = make("fp16", (32, 512, 7, 7), (512, 512, 3, 3), "B", pads=(1, 1))
-    assert not BWD.defers(CTX, l12) and BWD.default_config(CTX, l12)["split_k"] == 2
+    assert not BWD.defers(CTX, l12) and BWD.default_config(CTX, l12)["split_k"] > 1
     assert all(BWD.is_valid_config(CTX, l6, c) for c in BWD.search_space(CTX, l6))
 
 

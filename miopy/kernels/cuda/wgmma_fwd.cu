@@ -6,7 +6,7 @@
    (M = N*P*Q), k an output channel, j = (r, s, c) a filter tap (KD = R*S*C); A rows are gathered
    from x on the fly (im2col while loading), B rows are the filter as it lies, D is y as it lies.
 
-   A block of WG_BM / 64 warpgroups (128 threads each) computes a WG_BM x WG_BN tile of D; each
+   A block of WG_BM / 64 warpgroups (1, 2 or 4; 128 threads each) computes a WG_BM x WG_BN tile of D; each
    warpgroup owns 64 rows and all WG_BN columns, one wgmma m64nWG_BNk16 per 16-wide k-slice.
    64-wide k-tiles (one 128-byte swizzled row per tile row, common/wgmma_sm90.h) of A and B go
    global -> shared by cp.async (16 bytes = 8 channels, zero-filled for padding, taps past KD and
@@ -28,6 +28,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1
 // miopy-compile-test: -DMIOPY_DTYPE=2
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=64 -DWG_BN=64 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=256 -DWG_BN=64 -DWG_STAGES=5 -DWG_B_MN=1
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=5 -DIG_SPLIT_K=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
@@ -72,7 +74,7 @@
 #define WG_ACC (WG_BN / 2) /* fp32 accumulators per thread */
 #define WG_B_RC (WG_BN / 8)   /* 16-byte chunks per row of an N-major B tile */
 
-static_assert(WG_BM == 64 || WG_BM == 128, "one or two consumer warpgroups of 64 rows");
+static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 256, "one, two or four warpgroups of 64 rows");
 static_assert(WG_BN == 64 || WG_BN == 128 || WG_BN == 256, "wgmma widths");
 static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
 static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");

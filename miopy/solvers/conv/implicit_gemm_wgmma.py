@@ -37,12 +37,13 @@ from miopy.solvers.conv.igemm_common import (
 
 WGMMA_ARCH = 90  # wgmma exists on sm_90a alone (not on later architectures' plain targets)
 DOMAIN: dict[str, tuple[int, ...]] = {
-    "bm": (64, 128),  # GEMM rows per block: one or two warpgroups of 64 rows
+    "bm": (64, 128, 256),  # GEMM rows per block: one, two or four warpgroups of 64 rows
     "bn": (64, 128, 256),  # GEMM columns per block: the wgmma's N
     "stages": (3, 4, 5, 6, 7, 8),  # k-tiles of 64 in the shared-memory ring
     "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction
 }
 FIELDS = tuple(DOMAIN)
+MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
 BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
 MIN_SLICE_TILES = 6  # k-tiles of each slice of a split reduction, at least
@@ -74,9 +75,10 @@ def smem_bytes(config: dict[str, int]) -> int:
 
 
 def blocks_per_sm(ctx, config: dict[str, int]) -> int:
-    """Blocks of ``config`` resident on one SM by shared memory (at most 2: the register file
-    holds two blocks of 256 threads at up to 128 registers each)."""
-    return max(1, min(2, smem_limit(ctx) // smem_bytes(config)))
+    """Blocks of ``config`` resident on one SM by shared memory, at most 2 (the register file
+    holds two blocks of 256 threads at up to 128 registers each), 1 of 512 threads."""
+    cap = 1 if threads(config) > 256 else 2
+    return max(1, min(cap, smem_limit(ctx) // smem_bytes(config)))
 
 
 def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
@@ -149,14 +151,17 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        """Exactly DOMAIN's fields with values from it; no more slices than k-tiles; shared
-        memory within the device's limit; at most 1024 threads."""
+        """Exactly DOMAIN's fields with values from it; at most MAX_BLOCK_OUTPUTS outputs per
+        block (256 x 256 would need 256 accumulators per thread); no more slices than k-tiles;
+        shared memory within the device's limit; no more threads than the device allows."""
         if not isinstance(config, dict) or set(config) != set(DOMAIN):
             return False
         if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items()):
             return False
         if config["split_k"] > self.k_tiles(problem, config):
             return False
+        if config["bm"] * config["bn"] > MAX_BLOCK_OUTPUTS:
+            return False  # 512 threads get at most 128 registers: 64 x 128 per warpgroup at most
         info = getattr(ctx, "info", None)
         if info is not None and threads(config) > info.max_work_group_size:
             return False
@@ -171,12 +176,14 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return own
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """128-row blocks (two warpgroups), ``bn`` 64 for K <= 64, else 128; the deepest ring of
-        at most 6 stages that leaves room for two blocks per SM where one is 64 wide, else one;
-        where the grid has fewer blocks than SMs, _default_split's cluster split."""
+        """``bn`` 64 for K <= 64 with 128-row blocks (two warpgroups), else 128 with 256-row
+        blocks (four warpgroups: a quarter less loaded from L2 per flop than 128 x 128, the
+        limit of these kernels); the deepest ring of at most 6 stages that leaves room for two
+        blocks per SM where one is 64 wide, else one; where the grid fills less than half a wave,
+        _default_split's cluster split."""
         k = self.width_of(problem)
         bn = 64 if k <= 64 else 128
-        config = wg_config(128, bn, 6)
+        config = wg_config(128 if bn == 64 else 256, bn, 6)
         budget = smem_limit(ctx) // (2 if bn == 64 else 1)
         while config["stages"] > 3 and smem_bytes(config) > budget:
             config["stages"] -= 1
