@@ -78,7 +78,8 @@ def test_search_space_and_default(problem):
 
 def test_default_config_follows_the_problem():
     l3, l6, l9, l12 = (SOLVER.default_config(CTX, p) for p in RESNET)
-    assert l3["bn"] == 64 and l6["bn"] == 128
+    assert l3 == wg_config(128, 64, 4) and l6 == wg_config(256, 128, 4)
+    assert l9 == wg_config(128, 128, 6)  # 256 x 128 would fill fewer than half of the SMs
     assert l3["split_k"] == 1 and l6["split_k"] == 1
     # 7x7 images: fewer tiles than SMs, so the reduction is split in a cluster
     assert l12["split_k"] > 1 and cluster_split(CTX, l12)
@@ -157,7 +158,9 @@ def test_bwd_applicability_and_geometry():
     assert (d["IG_PH"], d["IG_PW"], d["IG_DH"], d["IG_DW"], d["WG_B_MN"]) == (-1, 0, -2, -1, 1)
     assert launch.spec.global_size == (-(-3 * 13 * 15 // 128) * 1 * 256, 1)
     assert BWD.default_config(CTX, l6)["bn"] == 128
-    assert BWD.defers(CTX, l6)  # the mma.sync solver was faster there
+    assert not BWD.defers(CTX, l6)
+    l3 = make("fp16", (32, 64, 56, 56), (64, 64, 3, 3), "B", pads=(1, 1))
+    assert BWD.defers(CTX, l3)  # the mma.sync solver was faster there
     l12 = make("fp16", (32, 512, 7, 7), (512, 512, 3, 3), "B", pads=(1, 1))
     assert not BWD.defers(CTX, l12) and BWD.default_config(CTX, l12)["split_k"] > 1
     assert all(BWD.is_valid_config(CTX, l6, c) for c in BWD.search_space(CTX, l6))
@@ -315,5 +318,6 @@ def test_wgmma_bwd_random_problems(handle, dtype):
     problem = make(dtype, (3, 136, 13, 15), (40, 136, 3, 3), "B", pads=(1, 2), dilations=(2, 1))
     for bm in DOMAIN["bm"]:
         for bn in DOMAIN["bn"]:
-            support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4))
+            if BWD.is_valid_config(handle, problem, wg_config(bm, bn, 4)):
+                support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4))
     support.check_solver(handle, BWD, problem, rng, wg_config(128, 128, 4, 3))

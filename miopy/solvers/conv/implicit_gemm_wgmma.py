@@ -176,16 +176,21 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return own
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """``bn`` 64 for K <= 64 with 128-row blocks (two warpgroups), else 128 with 256-row
-        blocks (four warpgroups: a quarter less loaded from L2 per flop than 128 x 128, the
-        limit of these kernels); the deepest ring of at most 6 stages that leaves room for two
-        blocks per SM where one is 64 wide, else one; where the grid fills less than half a wave,
-        _default_split's cluster split."""
+        """For K <= 64 (the GEMM's columns): 128 x 64 blocks, 4 stages (two blocks per SM). Else
+        256 x 128 blocks (four warpgroups), 4 stages, where that grid fills at least half of the
+        SMs; else 128 x 128, 6 stages, with _default_split's cluster split. On the H200 (fp16,
+        2026-11-22, scripts/bench_wgmma.py) these were the fastest of the search space on the
+        ResNet-50 3x3 layers (28x28: 20.9 us for 256 x 128 against 22.2 for the best 128 x 128;
+        14x14: 21.8 us for 128 x 128 unsplit against 24.9 for 256 x 128 split in 2; 7x7: 24.4 us
+        for 128 x 128 split in 2 against 29.0 for 256 x 128 split in 4)."""
         k = self.width_of(problem)
-        bn = 64 if k <= 64 else 128
-        config = wg_config(128 if bn == 64 else 256, bn, 6)
-        budget = smem_limit(ctx) // (2 if bn == 64 else 1)
-        while config["stages"] > 3 and smem_bytes(config) > budget:
+        if k <= 64:
+            config = wg_config(128, 64, 4)
+        else:
+            config = wg_config(256, 128, 4)
+            if 2 * self.grid_blocks(problem, config) < compute_units(ctx):
+                config = wg_config(128, 128, 6)
+        while config["stages"] > 3 and self.launch_smem(ctx, config) > smem_limit(ctx):
             config["stages"] -= 1
         config["split_k"] = self._default_split(ctx, problem, config)
         if not self.is_valid_config(ctx, problem, config):
@@ -304,7 +309,7 @@ class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
         return None
 
     def defers(self, ctx, problem: ConvProblem) -> bool:
-        """Immediate mode lists it after ConvIgemmBwdNhwc unless its default splits the
-        reduction (a grid short of half a wave): on the H200 it was 1.1x slower than that solver
-        on the 56x56 and 28x28 ResNet layers and 1.15x faster on the 7x7 one (2026-11-22)."""
-        return self.default_config(ctx, problem)["split_k"] == 1
+        """Immediate mode lists it after ConvIgemmBwdNhwc where C <= 64 (the GEMM's columns):
+        on the H200 it was 3% slower than that solver on the 64-channel 56x56 ResNet layer, and
+        as fast or faster on the wider ones (2026-11-22)."""
+        return self.width_of(problem) <= 64
