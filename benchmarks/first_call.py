@@ -2,35 +2,48 @@
 (b) with one built by ``miopy kernels build`` for the same problems: for one convolution and for
 every problem of a ResNet-50 forward+backward iteration (each convolution in all three
 directions, batch norm training forward and backward, ReLU forward and backward, max and average
-pooling forward and backward: 121 problems). Each case runs in a new process with empty cache and
-DB folders and reports:
+pooling forward and backward: 121 problems). Each case runs in ``--repeat`` new processes with
+empty cache and DB folders, and reports (figures of the process with the fastest first
+iteration, with the minimum and median over the processes):
 
 - ``first``: the first iteration (every problem solved once, by immediate mode or find, then run
-  on device buffers, then a device sync), the figure a user waits for;
+  on device buffers, then a device sync), timed from the moment the handle exists and the
+  device buffers are filled;
 - ``warm``: the best of the next iterations in the same process (everything cached);
-- ``compiled``: kernels compiled (kernel cache misses, a count, not a time) and ``loaded`` (hits,
-  from the package or the cache).
+- ``fresh process to first result``: from the parent starting the process to the end of the
+  first iteration (interpreter start, imports, the handle, filling the buffers included), and
+  ``handle made to first result``: from just before ``miopy.Handle()`` to the end of the first
+  iteration; work a handle starts in the background (the BLAS set-up, the library warm-up)
+  overlaps the buffer filling, and these two figures show what that hides;
+- ``compiled``: kernels compiled (kernel cache misses, a count, not a time), ``loaded`` (hits,
+  from the package or the cache), ``chosen`` (problems whose solution came from the package's
+  immediate-mode choices) and ``warmed`` (library calls the handle ran ahead).
 
-On OpenCL each case also gets an empty PoCL cache (``POCL_CACHE_DIR``), so PoCL's own cache of
-compiled programs does not hide the compiles of the case without a package; a third case runs
-with the package again in a new process that keeps PoCL's cache from the second (what any later
-run on the machine sees: PoCL finishes a package's binaries on first launch and caches that).
+Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-no-warm-up``
+(MIOPY_LIBRARY_WARM_UP=0), ``kdb-no-choices`` (a copy of the package without its choices and
+library calls, as packages were before them), ``again`` (OpenCL: the package in a new process
+that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on first
+launch and caches that). On OpenCL each run gets an empty PoCL cache (``POCL_CACHE_DIR``) unless
+it is ``again``, so PoCL's own cache does not hide the compiles of the case without a package.
 
-    python benchmarks/first_call.py --workload resnet50-iter --batch 32             # CUDA
+    python benchmarks/first_call.py --workload resnet50-iter --batch 32 --repeat 3     # CUDA
     python benchmarks/first_call.py --backend opencl --workload resnet50-iter --image 64 --batch 1
 
 Goal (issue 11): with the package, zero kernels compiled and the first iteration within 1.2x of
 the warm one. Building the package is timed too (in its own process) but is part of no figure;
 ``--kdb FILE`` uses a package built elsewhere (``miopy kernels build ... --arch sm_90 --cu 132``
-on a CPU machine) instead. ``--time-cap S`` stops a case after S seconds and reports how far its
-first iteration got (problems done, kernels compiled) rather than nothing."""
+on a CPU machine) instead. ``--time-cap S`` stops a process after S seconds and reports how far
+its first iteration got (problems done, kernels compiled) rather than nothing."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
+import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,11 +60,13 @@ import numpy as np
 import miopy
 from miopy.engine import find
 from miopy.tool import workload
-spec, batch, mode, count, warm_runs = sys.argv[1:6]
+spec, batch, mode, count, warm_runs, spawned = sys.argv[1:7]
 problems = workload.load(spec, [int(batch)]).problems
 if count != "all":
     problems = [p for p in problems if p.primitive == "conv"][: int(count)]
+t_handle = time.perf_counter()
 h = miopy.Handle()
+handle_s = time.perf_counter() - t_handle
 descs = [d for p in problems for d in p.tensors().values()]
 # One block of random numbers, sliced for every tensor (generating each would take longer than
 # the iteration at batch 32).
@@ -106,21 +121,31 @@ def iteration(report):
     h.backend.synchronize()
 
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
+to_first = time.time() - float(spawned)  # the parent's clock: interpreter start included
+handle_to_first = time.perf_counter() - t_handle
 compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
+chosen = h.package_choices.used
+warmed = getattr(h.backend, "library_warmed", None)
 first_spent = {k: round(v, 4) for k, v in spent.items()}
 warm = []
 for _ in range(int(warm_runs)):
     t = time.perf_counter(); iteration(False); warm.append(time.perf_counter() - t)
 print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": first,
                   "warm_s": min(warm), "compiled": compiled, "loaded": loaded,
+                  "to_first_s": to_first, "handle_to_first_s": handle_to_first, "handle_s": handle_s,
+                  "chosen": chosen, "warmed": warmed,
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
 """
 
 
-def _env(tmp: Path, kdb: Path | None, backend: str, pocl: Path | None = None) -> dict[str, str]:
+def _env(
+    tmp: Path, kdb: Path | None, backend: str, pocl: Path | None = None, warm_up: bool = True
+) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MIOPY_BACKEND": backend, "PYTHONUNBUFFERED": "1"}
-    for name in ("MIOPY_DISABLE_CACHE", "MIOPY_FIND_MODE", "MIOPY_FIND_ENFORCE"):
+    for name in ("MIOPY_DISABLE_CACHE", "MIOPY_FIND_MODE", "MIOPY_FIND_ENFORCE", "MIOPY_LIBRARY_WARM_UP"):
         env.pop(name, None)
+    if not warm_up:
+        env["MIOPY_LIBRARY_WARM_UP"] = "0"
     for name, sub in (
         ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
         ("MIOPY_USER_DB_PATH", "db"),
@@ -186,19 +211,43 @@ def _manifest(kdb: Path, tmp: Path, backend: str) -> dict:
     return json.loads(done.stdout)
 
 
-def _case(
-    args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Path, pocl: Path | None = None
-) -> dict:
+def _without_choices(kdb: Path, folder: Path) -> Path:
+    """A copy of the package without its immediate-mode choices and library calls (what a
+    package held before they were shipped): the same kernels, every solver asked again."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    copy = folder / kdb.name
+    shutil.copyfile(kdb, copy)
+    conn = sqlite3.connect(copy)
+    try:
+        for table in ("kdb_choice", "kdb_library"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.commit()
+    finally:
+        conn.close()
+    return copy
+
+
+# Variants of a case: (package, library warm-up, PoCL cache of the previous run). "again" is
+# OpenCL only: PoCL's cache as the case before it left it (any later run on the machine).
+VARIANTS = {
+    "none": ("no package", False, True, False),
+    "kdb": ("package", True, True, False),
+    "kdb-no-warm-up": ("package, no library warm-up", True, False, False),
+    "kdb-no-choices": ("package without choices", "bare", True, False),
+    "again": ("package, PoCL cache warm", True, True, True),
+}
+
+
+def _once(args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Path, variant: tuple) -> dict:
+    _, _, warm_up, again = variant
+    pocl = run_dir.parent / "last-pocl" if again else None
     cmd = [sys.executable, "-c", CHILD, spec, args.batch, mode, count, str(args.warm)]
-    t = time.perf_counter()
     timed_out = False
+    env = _env(run_dir, kdb, args.backend, pocl, warm_up)
+    t = time.perf_counter()
     try:
         done = subprocess.run(
-            cmd,
-            env=_env(run_dir, kdb, args.backend, pocl),
-            capture_output=True,
-            text=True,
-            timeout=args.time_cap,
+            [*cmd, repr(time.time())], env=env, capture_output=True, text=True, timeout=args.time_cap
         )
         out, err, code = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
@@ -207,38 +256,78 @@ def _case(
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         code = None
     wall = time.perf_counter() - t
+    if args.backend == "opencl" and not again:  # an "again" run starts from the PoCL cache left here
+        last = run_dir.parent / "last-pocl"
+        shutil.rmtree(last, ignore_errors=True)
+        if (run_dir / "pocl").is_dir():
+            shutil.copytree(run_dir / "pocl", last)
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     final = next((r for r in lines if "first_s" in r), None)
     if final is not None:
         return final | {"process_s": wall, "status": "ok"}
     progress = [r for r in lines if "done" in r]
-    last = progress[-1] if progress else {"done": 0, "of": "?", "s": None, "compiled": None}
+    last_line = progress[-1] if progress else {"done": 0, "of": "?", "s": None, "compiled": None}
     why = f"stopped by --time-cap {args.time_cap} s" if timed_out else f"failed (exit {code})"
     if not timed_out:
         print(err[-3000:], file=sys.stderr)
     return {
         "status": why,
-        "problems": last["of"],
-        "done": last["done"],
+        "problems": last_line["of"],
+        "done": last_line["done"],
         "first_s": None,
-        "partial_s": last["s"],
-        "compiled": last["compiled"],
+        "partial_s": last_line["s"],
+        "compiled": last_line["compiled"],
         "process_s": wall,
     }
 
 
+def _case(args, spec: str, count: str, mode: str, kdb: Path | None, tmp: Path, variant: tuple) -> dict:
+    """``--repeat`` fresh processes of one case: each run's figures, and the minimum and median
+    of the first iteration, the warm one and the time from process start to the first result."""
+    runs = []
+    for _ in range(args.repeat):
+        run_dir = tmp / f"run-{next(_RUN)}"
+        run_dir.mkdir()
+        r = _once(args, spec, count, mode, kdb, run_dir, variant)
+        runs.append(r)
+        if r["status"] != "ok":
+            break
+    ok = [r for r in runs if r["status"] == "ok"]
+    if len(ok) < len(runs):
+        return runs[-1] | {"runs": runs}
+    out = dict(min(ok, key=lambda r: r["first_s"]))
+    for field in ("first_s", "warm_s", "to_first_s", "handle_to_first_s", "process_s"):
+        values = [r[field] for r in ok]
+        out[f"{field}_min"], out[f"{field}_median"] = min(values), statistics.median(values)
+    out["ratio_min"] = out["first_s_min"] / max(out["warm_s_min"], 1e-9)
+    out["ratios"] = [r["first_s"] / max(r["warm_s"], 1e-9) for r in ok]
+    out["runs"] = runs
+    return out
+
+
+_RUN = itertools.count()
+
+
 def _line(r: dict) -> str:
-    package = {False: "no ", True: "yes", "again": "yes, PoCL cache warm"}[r["kdb"]]
-    head = f"{r['case']:24s} {r['mode']:9s} kdb={package}"
+    head = f"{r['case']:24s} {r['mode']:9s} {r['variant']:28s}"
     if r["status"] != "ok":
         return (
             f"{head} {r['status']}: {r['done']}/{r['problems']} problems in "
             f"{r['partial_s'] or 0:.2f} s, {r['compiled']} kernels compiled so far"
         )
+    n = len(r["runs"])
+    spread = f" (median {r['first_s_median']:.3f} / {r['warm_s_median']:.3f} s)" if n > 1 else ""
+    ratios = ", ".join(f"{x:.2f}" for x in r["ratios"])
     return (
-        f"{head} problems {r['problems']:4d}  first {r['first_s']:8.3f} s  warm {r['warm_s']:8.3f} s  "
-        f"ratio {r['first_s'] / max(r['warm_s'], 1e-9):6.2f}x  compiled {r['compiled']:4d}  "
-        f"loaded {r['loaded']:4d}  startup {r['startup_s']:5.2f} s  process {r['process_s']:7.2f} s\n"
+        f"{head} problems {r['problems']:4d}  first {r['first_s_min']:8.3f} s  "
+        f"warm {r['warm_s_min']:8.3f} s  ratio {r['ratio_min']:6.2f}x  "
+        f"compiled {r['compiled']:4d}  loaded {r['loaded']:4d}  "
+        f"chosen {r['chosen']:4d}  warmed {r['warmed'] if r['warmed'] is not None else '-'}\n"
+        f"{'':24s} best of {n} processes{spread}; ratio of each run {ratios}\n"
+        f"{'':24s} fresh process to first result {r['to_first_s_min']:.3f} s (median "
+        f"{r['to_first_s_median']:.3f}; interpreter, imports, handle {r['handle_s']:.3f} s, buffers), "
+        f"handle made to first result {r['handle_to_first_s_min']:.3f} s, "
+        f"process {r['process_s_min']:.2f} s\n"
         f"{'':24s} first iteration: choosing {r['choose_s']:.3f} s (find: timing, compiling included), "
         f"compiling {r['build_s']:.3f} s (summed over threads), loading kernels {r['load_s']:.3f} s, "
         f"vendor library calls {r['library_s']:.3f} s; runs that were no replay (the three before "
@@ -260,14 +349,24 @@ def main() -> int:
     ap.add_argument("--batch", default="32")
     ap.add_argument("--modes", default="immediate,find", help="immediate, find or both (comma)")
     ap.add_argument("--cases", default="conv,iter", help="conv (one convolution), iter (all problems)")
+    ap.add_argument(
+        "--variants",
+        help=f"comma-separated, of {', '.join(VARIANTS)} (default: none,kdb, and again on OpenCL)",
+    )
     ap.add_argument("--warm", type=int, default=3, help="warm iterations after the first (best is kept)")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh processes per case (minima and medians)")
     ap.add_argument("--kdb", type=Path, help="use this package instead of building one")
-    ap.add_argument("--time-cap", type=float, help="seconds per case; a case stopped reports its progress")
+    ap.add_argument("--time-cap", type=float, help="seconds per process; a case stopped reports its progress")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
     spec = WORKLOADS.get(args.workload, args.workload)
     if args.image != 224:
         spec = f"{spec}@{args.image}"
+    default = "none,kdb,again" if args.backend == "opencl" else "none,kdb"
+    variants = [v.strip() for v in (args.variants or default).split(",")]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="miopy-first-call-") as tmp:
         tmp = Path(tmp)
@@ -285,23 +384,25 @@ def main() -> int:
                 f"built in {manifest['wall_s']:.1f} s (not part of any figure)"
             )
         print(
+            f"choices for {manifest.get('choices', 0)} problems, {manifest.get('library_calls', 0)} "
+            "library calls to warm up"
+        )
+        bare = _without_choices(kdb, tmp / "bare") if "kdb-no-choices" in variants else None
+        print(
             f"workload {spec} batch {args.batch}, backend {args.backend}; first = first iteration of "
-            f"a fresh process, warm = best of {args.warm} more",
+            f"a fresh process, warm = best of {args.warm} more; each case in {args.repeat} fresh "
+            "process(es), figures of the one with the fastest first iteration",
             flush=True,
         )
         names = {"conv": ("one conv", "1"), "iter": (f"{args.workload} x{args.batch}", "all")}
         for case in args.cases.split(","):
             label, count = names[case.strip()]
             for mode in [m.strip() for m in args.modes.split(",")]:
-                # On OpenCL, a second process with the package: fresh miopy folders, but PoCL's
-                # cache as the first one left it (any later run on the machine).
-                variants = (False, True, "again") if args.backend == "opencl" else (False, True)
-                for variant in variants:
-                    run_dir = tmp / f"run-{len(results)}"
-                    run_dir.mkdir()
-                    pocl = tmp / f"run-{len(results) - 1}" / "pocl" if variant == "again" else None
-                    r = _case(args, spec, count, mode, kdb if variant else None, run_dir, pocl)
-                    r |= {"case": label, "mode": mode, "kdb": variant}
+                for name in variants:
+                    variant = VARIANTS[name]
+                    package = {False: None, True: kdb, "bare": bare}[variant[1]]
+                    r = _case(args, spec, count, mode, package, tmp, variant)
+                    r |= {"case": label, "mode": mode, "variant": variant[0], "kdb": variant[1] is not False}
                     results.append(r)
                     print(_line(r), flush=True)
     if args.json:

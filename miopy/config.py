@@ -157,6 +157,15 @@ def graph_single_launch() -> bool:
     return value is None or value.strip().lower() not in ("0", "false", "no", "off")
 
 
+def library_warm_up() -> bool:
+    """MIOPY_LIBRARY_WARM_UP (default on): a CUDA handle whose kernel package lists the cuBLAS
+    and cuBLASLt calls of its chosen solutions runs each once in the background when it is made,
+    so that their kernels are loaded before the first iteration (miopy.backends.cuda_warm); 0
+    turns it off. Read when a handle is made."""
+    value = _env("LIBRARY_WARM_UP")
+    return value is None or value.strip().lower() not in ("0", "false", "no", "off")
+
+
 def bench_flush_l2() -> bool:
     """MIOPY_BENCH_FLUSH_L2: find, tuning and the driver evict the L2 cache before each timed run
     (off by default: back-to-back runs, as a network runs them)."""

@@ -37,10 +37,14 @@ class Handle:
         self._kernel_cache = None
         self._perf_db = None
         self._find_db = None
+        self._package_choices = None
         self._prepared = PreparedCache()  # (solution, buffers) -> prepared calls: see run_solution
         # (primitive, problem key, invoker key) -> (DB and knob state, solutions): see
         # miopy.engine.find.get_solutions
         self.immediate_choices: dict[tuple[str, str, str], tuple[Any, tuple[Solution, ...]]] = {}
+        warm = getattr(self.backend, "warm_library", None)
+        if warm is not None and config.library_warm_up() and not config.disable_cache():
+            warm(self.package_choices.library_calls)  # made here: the thread only reads it
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
             self.backend.name,
@@ -84,6 +88,18 @@ class Handle:
 
             self._find_db = FindDb(self.db_basename, self.backend_name)
         return self._find_db
+
+    @property
+    def package_choices(self):
+        """Immediate mode's choices shipped in this device's kernel package (read on first use)."""
+        if self._package_choices is None:
+            from miopy.db.package_choices import PackageChoices
+
+            paths = [] if config.disable_cache() else self.kernel_cache.package_paths()
+            self._package_choices = PackageChoices(
+                paths, self.db_basename, self.backend_name, self.info.fingerprint
+            )
+        return self._package_choices
 
     # ---- kernels ----------------------------------------------------------------------------------
     def compile(self, spec: KernelSpec) -> Any:

@@ -412,6 +412,7 @@ class Backend(BackendBase):
         # takes tens of milliseconds: it starts now, on a thread of its own, as MIOpen creates its
         # BLAS handle with the handle, so that the first GEMM of a fresh process finds it done
         # (it waits for it otherwise, and a failure there is only reported by that GEMM).
+        self.library_warmed = 0  # vendor-library calls run ahead by warm_library
         self._blas_thread = threading.Thread(target=self._set_up_blas, name="miopy-blas-set-up", daemon=True)
         self._blas_thread.start()
         atexit.register(self._blas_thread.join, 10)  # never torn down in the middle of it
@@ -425,6 +426,24 @@ class Backend(BackendBase):
                 libs.lt_handle()
         except Exception as exc:  # the first GEMM tries again and says what went wrong
             _log.debug("cuBLAS set-up in the background failed (%s)", exc)
+
+    def warm_library(self, load: Callable[[], list[Any]]) -> None:
+        """Run the vendor-library calls that ``load()`` describes once each, on a thread of its own
+        after the BLAS set-up, so that CUDA has loaded their kernels when the first iteration
+        makes them (miopy.backends.cuda_warm; the descriptions come from a kernel package)."""
+
+        def run() -> None:
+            from miopy.backends import cuda_warm
+
+            self._blas_thread.join()
+            try:
+                self.library_warmed = cuda_warm.warm(self, load())
+            except Exception as exc:  # the first iteration loads them itself
+                _log.debug("library warm-up failed (%s)", exc)
+
+        self._warm_thread = threading.Thread(target=run, name="miopy-library-warm-up", daemon=True)
+        self._warm_thread.start()
+        atexit.register(self._warm_thread.join, 30)  # never torn down in the middle of it
 
     # ---- streams ------------------------------------------------------------------------------
     def set_stream(self, stream: Any) -> None:

@@ -117,6 +117,7 @@ def cublas() -> Any:
     lib = _load("cublas", ("libcublas.so.13", "libcublas.so.12", "libcublas.so"))
     ns = type("cublas", (), {})()
     ns.create = _sig(lib, "cublasCreate_v2", ctypes.POINTER(_vp))
+    ns.destroy = _sig(lib, "cublasDestroy_v2", _vp)
     ns.set_stream = _sig(lib, "cublasSetStream_v2", _vp, _vp)
     ns.set_pointer_mode = _sig(lib, "cublasSetPointerMode_v2", _vp, _i32)
     ns.set_math_mode = _sig(lib, "cublasSetMathMode", _vp, _i32)

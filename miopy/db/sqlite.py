@@ -193,6 +193,8 @@ class SqliteFile:
     # ---- running statements ----------------------------------------------------------------------
     def _run(self, action: Callable[[sqlite3.Connection], _T], writing: bool = False) -> _T | None:
         with self._lock:
+            if not writing and not self.readonly and self._conn is None and not self._exists():
+                return None  # nothing to read: the file is made by the first write, not by a read
             for attempt in range(2):
                 conn = self._connection()
                 if conn is None or (writing and self._writes_off):
@@ -357,6 +359,10 @@ class SqliteFile:
             if conn is not None:
                 conn.close()
         return None
+
+    def _exists(self) -> bool:
+        """Whether anything (even a link, which the trust checks then refuse) is at the path."""
+        return os.path.lexists(self.path)
 
     def _stat(self) -> bool:
         """Remember which file we open, so that a repair can tell if someone replaced it meanwhile."""

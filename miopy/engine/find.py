@@ -24,6 +24,7 @@ from miopy.engine.candidates import (
     check_problem,
     make_solution,
     resolve_solver,
+    stored_config,
 )
 from miopy.errors import BadParm, InternalError, MiopyError
 from miopy.logging_cmd import log_command
@@ -95,6 +96,52 @@ def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
             continue
         out.append(solution)
     return out or None
+
+
+def _from_package(handle, problem: Problem, key: str, invoker_key: str) -> list[Solution] | None:
+    """Immediate mode's answer shipped in the device's kernel package (miopy.db.package_choices):
+    its first candidate that applies here, checked and built alone; None when there is no record
+    or anything in it no longer holds (then every solver is asked, as without a package)."""
+    if config.find_only_solvers() is not None:
+        return None  # the record was chosen among every solver
+    candidates = handle.package_choices.get(problem.primitive, key, invoker_key)
+    if candidates is None:
+        return None
+    view = problem.solver_view()
+    for cand in candidates:
+        solver = by_name(cand.solver, problem.primitive)
+        if solver is None or solver.name != cand.solver:
+            _log.info("package choice for %s: unknown solver %r; not used", key, cand.solver)
+            return None
+        if solver.applicability(handle, view) is not None:
+            if cand.known:
+                _log.info("package choice for %s: %s no longer applies; not used", key, solver.name)
+                return None
+            continue  # unknown where the package was built, and not applicable here
+        cfg = None
+        if solver.tunable:
+            cfg = stored_config(handle, problem, solver)  # a tuned record wins, as without a package
+            if cfg is None and cand.config is not None:
+                if not solver.is_valid_config(handle, view, cand.config):
+                    _log.info("package choice for %s: config no longer valid; not used", key)
+                    return None
+                cfg = cand.config
+        elif cand.config is not None:
+            return None
+        try:
+            solution = make_solution(handle, problem, solver, cfg)
+        except MiopyError as exc:
+            _log.info("package choice for %s: %s (%s); not used", key, solver.name, exc)
+            return None
+        handle.package_choices.used += 1
+        return [solution]
+    return None
+
+
+def _immediate(handle, problem: Problem) -> list[Solution]:
+    """Without a find DB record: the package's choice, else every applicable solver in order."""
+    found = _from_package(handle, problem, problem.key(), problem.invoker_key())
+    return found or _immediate_fallback(handle, problem)
 
 
 def _store(handle, problem: Problem, ranked: list[Solution]) -> None:
@@ -173,7 +220,7 @@ def find_solutions(
         if found:
             return _rank(found, options)
         if mode == "FAST":
-            return _rank(_immediate_fallback(handle, problem), options)
+            return _rank(_immediate(handle, problem), options)
     return _full_find(handle, problem, options, tensors, mode == "DYNAMIC_HYBRID", search)
 
 
@@ -188,7 +235,9 @@ def _immediate_fallback(handle, problem: Problem) -> list[Solution]:
 
 
 def get_solutions(handle, problem: Problem) -> list[Solution]:
-    """Immediate mode: the find DB's ranking when there is one, else the registry order; no timing.
+    """Immediate mode: the find DB's ranking when there is one, else the choice shipped in the
+    device's kernel package (one solution: the one immediate mode would put first), else every
+    applicable solver in registry order; no timing.
 
     The answer is kept in the handle, by the problem's key and invoker key (every tensor's lens,
     strides and types: what its programs depend on), and reused, the same Solution objects, while no
@@ -203,7 +252,11 @@ def get_solutions(handle, problem: Problem) -> list[Solution]:
     kept = handle.immediate_choices.get(key)
     if kept is not None and kept[0] == (written, config.knob_state()):
         return list(kept[1])
-    found = _from_find_db(handle, problem) or _immediate_fallback(handle, problem)
+    found = (
+        _from_find_db(handle, problem)
+        or _from_package(handle, problem, key[1], key[2])
+        or _immediate_fallback(handle, problem)
+    )
     if sqlite.records_written == written:  # else a record changed meanwhile: keep nothing
         # the knobs as read now: the first answers read some for the first time
         handle.immediate_choices[key] = ((written, config.knob_state()), tuple(found))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from miopy.handle import Handle
     from miopy.problem.base import Problem
-    from miopy.solution import Program
+    from miopy.solution import KernelSpec, Program
 
 # Algorithm families and MIOpen's miopenConvAlgorithm_t numbers for them.
 ALGORITHM_IDS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
@@ -59,6 +59,13 @@ class Solver:
     def get_program(self, ctx: Handle, problem: Problem, config: dict[str, Any] | None = None) -> Program:
         """The steps that compute ``problem`` (with ``config`` for tunable solvers)."""
         raise NotImplementedError
+
+    def without_library(self, ctx: Handle, problem: Problem) -> list[KernelSpec] | None:
+        """None, unless this solver is not applicable here only because a vendor library it
+        calls cannot be loaded (a machine that builds a kernel package for another): then the
+        kernels its programs would launch where the library is, so that the package holds them
+        and does not claim to know whether the solver applies."""
+        return None
 
     def __repr__(self) -> str:
         return self.name

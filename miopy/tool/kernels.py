@@ -19,11 +19,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from miopy import config, log
-from miopy.db import kernel_cache, trust
+from miopy.backends import cuda_warm
+from miopy.db import kernel_cache, package_choices, trust
+from miopy.db.package_choices import Candidate
 from miopy.db.system_files import exact_kdbs, nearest_kdb
-from miopy.engine.candidates import applicable, make_solution
+from miopy.engine.candidates import allowed, applicable, make_solution
 from miopy.errors import MiopyError
+from miopy.problem.base import Problem
 from miopy.solution import KernelSpec, Solution
+from miopy.solvers import solvers_for
 from miopy.tool import launch_state, wheel
 from miopy.tool.common import ToolError, human_size, progress
 from miopy.tool.target import TargetContext
@@ -63,27 +67,103 @@ def solutions(ctx: TargetContext, workload: Workload) -> tuple[list[Solution], l
     return out, skipped
 
 
-def kernel_specs(found: list[Solution]) -> list[KernelSpec]:
+def library_kernels(ctx: TargetContext, workload: Workload) -> list[KernelSpec]:
+    """Kernels of solvers whose applicability is unknown on the target because a vendor library
+    they call does not load here (cuBLASLt on a CPU build machine): built anyway, so that the
+    package serves the device, where the library is, all the same."""
+    out = []
+    for problem in workload.problems:
+        view = problem.solver_view()
+        for solver in solvers_for(problem):
+            if allowed(solver):
+                out += solver.without_library(ctx, view) or []
+    return out
+
+
+def choice(
+    ctx: TargetContext, problem: Problem, library: list[dict[str, Any]] | None = None
+) -> list[Candidate] | None:
+    """Immediate mode's candidates for ``problem`` on the target, in its order (applicable solvers
+    in registry order, those that defer last), up to the first one known to apply: solvers
+    whose applicability the target cannot tell (``Solver.without_library``) stay in the list,
+    marked unknown. None when a shipped find record decides instead, or nothing applies.
+    ``library`` gets the descriptions of the chosen solution's vendor-library calls."""
+    if ctx.find_db.load(problem.key(), primitive=problem.primitive):
+        return None
+    view = problem.solver_view()
+    listed: list[tuple[Any, bool]] = []
+    for solver in solvers_for(problem):
+        if not allowed(solver):
+            continue
+        if solver.applicability(ctx, view) is None:
+            listed.append((solver, True))
+        elif solver.without_library(ctx, view) is not None:
+            listed.append((solver, False))
+    listed.sort(key=lambda item: item[0].defers(ctx, view))
+    out = []
+    for solver, known in listed:
+        if not known:
+            out.append(Candidate(solver.name, None, False))
+            continue
+        try:
+            solution = make_solution(ctx, problem, solver)
+        except MiopyError as exc:
+            _log.warning("%s on %s: no solution (%s)", solver.name, problem.key(), exc)
+            return None
+        cfg = dict(solution.config) if solution.config is not None else None
+        out.append(Candidate(solver.name, cfg, True))
+        if library is not None:
+            for step in solution.program.steps:
+                described = cuda_warm.describe(step)
+                if described is not None:
+                    library.append(described)
+        return out
+    return None
+
+
+def choices(ctx: TargetContext, workload: Workload) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """Rows of the package's ``kdb_choice`` table: (primitive, problem key, invoker key,
+    candidates as JSON), one per problem immediate mode would answer without a find record; and
+    the vendor-library calls of the chosen solutions (``kdb_library``: JSON, each once)."""
+    rows: dict[tuple[str, str, str], str] = {}
+    library: list[dict[str, Any]] = []
+    for problem in workload.problems:
+        found = choice(ctx, problem, library)
+        if found is not None:
+            rows[(problem.primitive, problem.key(), problem.invoker_key())] = package_choices.encode(found)
+    calls = list(dict.fromkeys(json.dumps(c, sort_keys=True, separators=(",", ":")) for c in library))
+    return [(*k, v) for k, v in rows.items()], calls
+
+
+def kernel_specs(found: list[Solution], extra: list[KernelSpec] | None = None) -> list[KernelSpec]:
     specs: dict[tuple, KernelSpec] = {}
-    for solution in found:
-        for spec in solution.kernels:
-            specs.setdefault((spec.file, spec.name, tuple(spec.options())), spec)
+    for spec in [k for solution in found for k in solution.kernels] + (extra or []):
+        specs.setdefault((spec.file, spec.name, tuple(spec.options())), spec)
     return list(specs.values())
 
 
-def _write_kdb(path: Path, entries: list[tuple[Any, bytes]], manifest: dict[str, Any]) -> None:
-    """A fresh SQLite file in the kernel cache's schema (one file, no WAL) plus the manifest."""
+def _write_kdb(
+    path: Path,
+    entries: list[tuple[Any, bytes]],
+    manifest: dict[str, Any],
+    chosen: list[tuple] | None = None,
+    library: list[str] | None = None,
+) -> None:
+    """A fresh SQLite file in the kernel cache's schema (one file, no WAL) plus the manifest and
+    immediate mode's choices."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute("CREATE TABLE meta (component TEXT PRIMARY KEY, version INTEGER)")
-        conn.executescript(kernel_cache.SCHEMA + ";" + MANIFEST_TABLE)
+        conn.executescript(kernel_cache.SCHEMA + ";" + MANIFEST_TABLE + ";" + package_choices.TABLE)
         conn.execute("BEGIN")
         conn.execute("INSERT INTO meta VALUES (?, ?)", ("kern_db", kernel_cache.SCHEMA_VERSION))
         for key, binary in entries:
             conn.execute(*kernel_cache.entry_statement(key, binary))
+        conn.executemany("INSERT INTO kdb_choice VALUES (?, ?, ?, ?)", chosen or [])
+        conn.executemany("INSERT INTO kdb_library VALUES (?)", [(c,) for c in library or []])
         conn.execute(
             "INSERT INTO kdb_manifest VALUES ('manifest', ?)", (json.dumps(manifest, sort_keys=True),)
         )
@@ -111,7 +191,8 @@ def build(
     err = err or sys.stderr
     started = time.time()
     found, skipped = solutions(ctx, workload)
-    specs = kernel_specs(found)
+    specs = kernel_specs(found, library_kernels(ctx, workload))
+    chosen, library = choices(ctx, workload)
     for line in skipped:
         print(f"skipped: {line}", file=err)
     print(
@@ -158,11 +239,14 @@ def build(
         "solutions": len(found),
         "kernels": len(built),
         "failed": len(failed),
+        "choices": len(chosen),
+        "library_calls": len(library),
+        "choice_format": package_choices.FORMAT,
         "binary_bytes": sum(len(b) for _, b in built),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 1),
     } | launched
-    _write_kdb(path, built, manifest)
+    _write_kdb(path, built, manifest, chosen, library)
     manifest["file"] = path.name
     manifest["size"] = path.stat().st_size
     manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -175,7 +259,7 @@ def coverage(ctx: TargetContext, workload: Workload, path: Path) -> dict[str, An
     kernel source, options or compiler fingerprint than it was built with): a stale package."""
     read_manifest(path)
     found, _ = solutions(ctx, workload)
-    specs = kernel_specs(found)
+    specs = kernel_specs(found, library_kernels(ctx, workload))
     where = " AND ".join(f"{c} = ?" for c in kernel_cache.KEY_COLUMNS)
     missing = []
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)

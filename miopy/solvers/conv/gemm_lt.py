@@ -58,13 +58,31 @@ def _lt_usable(ctx) -> str | None:
     name = getattr(backend, "name", None)
     if name != "cuda":
         return f"backend {name}: cuBLASLt needs the cuda backend"
-    try:
-        from miopy.backends import cuda_libs
+    return _lt_missing()
 
-        cuda_libs.cublaslt()
-    except Exception as exc:  # no library: not applicable, never an error
-        return f"backend cuda: cuBLASLt is not available ({exc})"
-    return None
+
+def _lt_missing() -> str | None:
+    """Why cuBLASLt cannot be loaded here (a build machine without it), or None. Kept once
+    known: every applicability check of the four cuBLASLt solvers asks."""
+    global _LT_MISSING
+    if _LT_MISSING is None:
+        try:
+            from miopy.backends import cuda_libs
+
+            cuda_libs.cublaslt()
+            _LT_MISSING = ""
+        except Exception as exc:  # no library: not applicable, never an error
+            _LT_MISSING = f"backend cuda: cuBLASLt is not available ({exc})"
+    return _LT_MISSING or None
+
+
+_LT_MISSING: str | None = None
+
+
+def lt_unknown(ctx) -> bool:
+    """A cuda target (a kernel package being built) where cuBLASLt does not load: whether a
+    cuBLASLt solver applies is then unknown, not false (``Solver.without_library``)."""
+    return getattr(getattr(ctx, "backend", None), "name", None) == "cuda" and _lt_missing() is not None
 
 
 @functools.lru_cache(maxsize=256)
@@ -118,6 +136,19 @@ class _LtSolver(TunableSolver):
         usable = _lt_usable(ctx)  # first: elsewhere the backend is the whole reason
         if usable is not None:
             return usable
+        reason = self._shape_reason(ctx, problem)
+        if reason is not None:
+            return reason
+        if not _lt_gemm(self._lt(problem)[0]).algos():  # type: ignore[index]
+            return "cuBLASLt has no algorithm for it"
+        return None
+
+    def without_library(self, ctx, problem: ConvProblem) -> list | None:
+        """No kernel of ours: an empty list where only cuBLASLt's absence says no."""
+        return [] if lt_unknown(ctx) and self._shape_reason(ctx, problem) is None else None
+
+    def _shape_reason(self, ctx, problem: ConvProblem) -> str | None:
+        """Why not, cuBLASLt's algorithms aside."""
         if problem.direction is not self.base.direction:
             return f"direction is {problem.direction.name}"
         if problem.dtype not in _LT_TYPES:
@@ -129,11 +160,8 @@ class _LtSolver(TunableSolver):
         reason = self.base.is_applicable(ctx, problem)
         if reason is not None:
             return reason
-        found = self._lt(problem)
-        if found is None:
+        if self._lt(problem) is None:
             return "the product is not one cuBLASLt matmul on this layout"
-        if not _lt_gemm(found[0]).algos():
-            return "cuBLASLt has no algorithm for it"
         return None
 
     def _lt(
@@ -228,4 +256,12 @@ class GemmLtWrw1x1(_LtSolver):
 
 LT_SOLVERS = [GemmLtFwd1x1(), GemmLtBwd1x1(), GemmLtWrw1x1()]
 
-__all__ = ["LT_SOLVERS", "GemmLtBwd1x1", "GemmLtFwd1x1", "GemmLtWrw1x1", "config_of", "lt_problem"]
+__all__ = [
+    "LT_SOLVERS",
+    "GemmLtBwd1x1",
+    "GemmLtFwd1x1",
+    "GemmLtWrw1x1",
+    "config_of",
+    "lt_problem",
+    "lt_unknown",
+]

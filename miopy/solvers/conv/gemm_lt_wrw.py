@@ -31,13 +31,15 @@ from miopy.solution import Call, KernelSpec, Launch, Program, Step, Tensor, Work
 from miopy.solvers.base import TunableSolver
 from miopy.solvers.conv.common import grid_for
 from miopy.solvers.conv.gemm import Dims, GemmPlan, Operand, _is_1x1_0_1
-from miopy.solvers.conv.gemm_lt import _lt_gemm, _lt_usable, lt_problem
+from miopy.solvers.conv.gemm_lt import _lt_gemm, _lt_usable, lt_problem, lt_unknown
 from miopy.tensor import DataType
 
 _ALIGN = 256  # where each workspace region starts
 BATCHED_MAX_PARTIALS = 1 << 24  # default mode: batched while N*K*C fp32 partials stay this many
 SMS = 132  # tiles to aim a split at: two per SM of an H100 / H200
 MAX_SPLIT = 64
+_PERMUTE = KernelSpec("lt_wrw_nchw", "permute_rows_f32", {"MIOPY_DTYPE": 0})
+_BATCH_SUM = KernelSpec("lt_wrw_nchw", "batch_sum_f32", {"MIOPY_DTYPE": 0})
 
 
 def _up(value: int) -> int:
@@ -65,6 +67,22 @@ class GemmLtWrw1x1Nchw(TunableSolver):
         usable = _lt_usable(ctx)
         if usable is not None:
             return usable
+        reason = self._shape_reason(problem)
+        if reason is not None:
+            return reason
+        if not self.search_space(ctx, problem):
+            return "cuBLASLt has no algorithm for it"
+        return None
+
+    def without_library(self, ctx, problem: ConvProblem) -> list[KernelSpec] | None:
+        """Both kernels of the modes (which mode and algorithm cuBLASLt takes is unknown here)."""
+        if not lt_unknown(ctx) or self._shape_reason(problem) is not None:
+            return None
+        return [_PERMUTE, _BATCH_SUM]
+
+    @staticmethod
+    def _shape_reason(problem: ConvProblem) -> str | None:
+        """Why not, cuBLASLt's algorithms aside."""
         if problem.direction is not Direction.BACKWARD_WEIGHTS:
             return f"direction is {problem.direction.name}"
         if problem.dtype is not DataType.FP32:
@@ -79,8 +97,6 @@ class GemmLtWrw1x1Nchw(TunableSolver):
         d = Dims.of(problem)
         if d.xo != 1 or d.yo != 1 or d.n < 2:
             return "not NCHW with N > 1 (GemmLtWrw1x1 takes NHWC and single images)"
-        if not self.search_space(ctx, problem):
-            return "cuBLASLt has no algorithm for it"
         return None
 
     # ---- the ways ------------------------------------------------------------------------------
@@ -171,7 +187,7 @@ class GemmLtWrw1x1Nchw(TunableSolver):
         regions: list[tuple[str, int, int]] = list(plan.regions(4))
         if mode != "batched":
             y_start, _ = self._packed(d)
-            spec = KernelSpec("lt_wrw_nchw", "permute_rows_f32", {"MIOPY_DTYPE": 0})
+            spec = _PERMUTE
             for role, rows, start in (("x", d.c, 0), ("y", d.k, y_start)):
                 sizes = (np.int32(d.n), np.int32(rows), np.int32(d.p))
                 permute = (Tensor(role), Workspace(), np.int64(start // 4), *sizes)
@@ -187,7 +203,7 @@ class GemmLtWrw1x1Nchw(TunableSolver):
         steps.append(Call("lt_matmul", args))
         if partials >= 0:
             total = d.k * d.c
-            spec = KernelSpec("lt_wrw_nchw", "batch_sum_f32", {"MIOPY_DTYPE": 0})
+            spec = _BATCH_SUM
             global_size, local_size = grid_for(-(-total // 4))
             sum_args = (
                 Workspace(),

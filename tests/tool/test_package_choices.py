@@ -1,0 +1,265 @@
+"""Immediate mode's choices shipped in a kernel package (``kdb_choice``): a fresh handle builds
+one solution per problem, the same one immediate mode puts first without the package, and runs it
+right; records that are stale, damaged or planted, and packages for another miopy version, are
+ignored (immediate mode then asks every solver); their configurations are data, never run. Also
+the offline CUDA build where cuBLASLt does not load: its solvers stay in the record as unknown and
+their kernels are in the package."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from miopy.db import package_choices
+from miopy.engine import find
+from miopy.handle import Handle
+from miopy.problem.conv import ConvProblem
+from miopy.tool import kernels, target, workload
+from tests.support import check
+
+WORKLOAD = """conv -n 1 -c 4 -H 8 -W 8 -k 4 -y 3 -x 3 -p 1 -q 1 -F 1
+conv -n 2 -c 4 -H 6 -W 6 -k 8 -y 1 -x 1 -p 0 -q 0 -F 4
+activ -n 1 -c 4 -H 8 -W 8 -m 3 -F 1
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A PoCL package of WORKLOAD (no launches: only its records and kernels matter here)."""
+    from miopy import backends
+
+    why = backends.unavailable_reason("opencl")
+    if why is not None:
+        pytest.skip(f"opencl unavailable: {why}")
+    root = tmp_path_factory.mktemp("choices")
+    (root / "w.txt").write_text(WORKLOAD)
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("system", "cache", "db", "kdb"):
+            (root / name).mkdir(mode=0o700)
+        for name, sub in (
+            ("MIOPY_SYSTEM_DB_PATH", "system"),
+            ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
+            ("MIOPY_USER_DB_PATH", "db"),
+            ("MIOPY_KDB_PATH", "kdb"),
+        ):
+            mp.setenv(name, str(root / sub))
+        ctx = target.target("opencl")
+        manifest = kernels.build(ctx, workload.load(str(root / "w.txt")), root / "out", launch=False)
+    return Path(manifest["path"]), manifest, root / "w.txt"
+
+
+@pytest.fixture
+def installed(built, dirs):
+    path, _, work = built
+    shutil.copyfile(path, dirs["kdb"] / path.name)
+    return dirs["kdb"] / path.name, workload.load(str(work)).problems
+
+
+def _rows(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        return dict(conn.execute("SELECT problem_key, candidates FROM kdb_choice").fetchall())
+    finally:
+        conn.close()
+
+
+def _rewrite(path: Path, sql: str, *params) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(sql, params)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _counting(monkeypatch) -> list[str]:
+    """Solver names of every solution immediate mode builds."""
+    made: list[str] = []
+    real = find.make_solution
+
+    def counted(handle, problem, solver, *args, **kwargs):
+        made.append(solver.name)
+        return real(handle, problem, solver, *args, **kwargs)
+
+    monkeypatch.setattr(find, "make_solution", counted)
+    return made
+
+
+def test_build_writes_a_record_per_problem(built):
+    path, manifest, _ = built
+    rows = _rows(path)
+    assert manifest["choices"] == len(rows) == 3
+    assert manifest["choice_format"] == package_choices.FORMAT
+    for text in rows.values():
+        found = package_choices.decode(text)
+        assert found is not None and found[-1].known
+
+
+def test_fresh_handle_builds_one_solution_per_problem(installed, monkeypatch):
+    """The same solver and configuration as immediate mode without the package, built alone, and
+    it computes the right result."""
+    _, problems = installed
+    made = _counting(monkeypatch)
+    h = Handle("opencl")
+    chosen = [find.get_solutions(h, p) for p in problems]
+    assert [len(c) for c in chosen] == [1, 1, 1]
+    assert len(made) == len(problems) and h.package_choices.used == len(problems)
+    plain = Handle("opencl")
+    for p, (solution,) in zip(problems, chosen):
+        first = find._immediate_fallback(plain, p)[0]
+        assert (solution.solver, solution.config) == (first.solver, first.config)
+    for solution in chosen:
+        if isinstance(solution[0].problem, ConvProblem):
+            check(h, solution[0], np.random.default_rng(1))
+    assert h.kernel_cache.misses == 0  # the package holds their kernels too
+
+
+@pytest.mark.parametrize(
+    "candidates, why",
+    [
+        ('[{"solver": "NoSuchSolver", "config": null, "known": true}]', "unknown solver"),
+        ('[{"solver": "ConvDirectNaiveBwd", "config": null, "known": true}]', "no longer applies"),
+        ("[{not json", "damaged"),
+        ('{"solver": "ConvDirectNaiveFwd"}', "damaged"),
+        ('[{"solver": "ConvDirectNaiveFwd", "config": null, "known": "yes"}]', "damaged"),
+    ],
+)
+def test_a_stale_or_damaged_record_is_a_miss(installed, monkeypatch, candidates, why):
+    path, problems = installed
+    conv = problems[0]
+    _rewrite(path, "UPDATE kdb_choice SET candidates = ? WHERE problem_key = ?", candidates, conv.key())
+    h = Handle("opencl")
+    found = find.get_solutions(h, conv)
+    assert h.package_choices.used == 0, why
+    assert [s.solver for s in found] == [s.solver for s in find._immediate_fallback(Handle("opencl"), conv)]
+
+
+def test_a_planted_configuration_is_data_never_run(installed, tmp_path):
+    """A configuration naming code is refused by the solver's validation; nothing runs it."""
+    path, problems = installed
+    activ = problems[2]  # its solver is tunable: the record carries a configuration
+    known = package_choices.decode(_rows(path)[activ.key()])[-1]
+    assert known.config is not None
+    marker = tmp_path / "ran"
+    evil = dict(known.config) | {"unroll": f"__import__('os').system('touch {marker}')"}
+    row = [{"solver": known.solver, "config": evil, "known": True}]
+    _rewrite(path, "UPDATE kdb_choice SET candidates = ? WHERE problem_key = ?", json.dumps(row), activ.key())
+    fresh = Handle("opencl")
+    found = find.get_solutions(fresh, activ)
+    assert not marker.exists() and fresh.package_choices.used == 0
+    assert all(s.config != evil for s in found) and found[0].config == known.config
+
+
+def test_unknown_candidates_that_do_not_apply_here_are_skipped(installed):
+    """A record from a build machine without cuBLASLt lists its solvers first, as unknown: where
+    they do not apply (here: no CUDA), the known solver that follows is used."""
+    path, problems = installed
+    conv = problems[1]  # the 1x1 backward-weights problem
+    known = package_choices.decode(_rows(path)[conv.key()])[-1]
+    row = [
+        {"solver": "GemmLtWrw1x1Nchw", "config": None, "known": False},
+        {"solver": known.solver, "config": known.config, "known": True},
+    ]
+    _rewrite(path, "UPDATE kdb_choice SET candidates = ? WHERE problem_key = ?", json.dumps(row), conv.key())
+    h = Handle("opencl")
+    (solution,) = find.get_solutions(h, conv)
+    assert solution.solver == known.solver and h.package_choices.used == 1
+    check(h, solution, np.random.default_rng(2))
+
+
+def test_another_version_or_a_planted_link_gives_no_choices(installed, tmp_path, dirs):
+    path, problems = installed
+    conn = sqlite3.connect(path)
+    (text,) = conn.execute("SELECT value FROM kdb_manifest WHERE name = 'manifest'").fetchone()
+    manifest = json.loads(text) | {"miopy_version": "0.0.0-other"}
+    conn.execute("UPDATE kdb_manifest SET value = ? WHERE name = 'manifest'", (json.dumps(manifest),))
+    conn.commit()
+    conn.close()
+    h = Handle("opencl")
+    find.get_solutions(h, problems[2])
+    assert h.package_choices.used == 0
+    # a link planted where packages are read is never followed (its kernels neither)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.move(path, elsewhere / path.name)
+    _rewrite(elsewhere / path.name, "UPDATE kdb_manifest SET value = ? WHERE name = 'manifest'", text)
+    (dirs["kdb"] / path.name).symlink_to(elsewhere / path.name)
+    h = Handle("opencl")
+    find.get_solutions(h, problems[2])
+    assert h.package_choices.used == 0
+
+
+def test_find_records_tuned_configs_and_knobs_come_first(installed, monkeypatch):
+    path, problems = installed
+    conv, activ = problems[0], problems[2]
+    # MIOPY_DEBUG_FIND_ONLY_SOLVER: the record was chosen among every solver, so it is not used
+    monkeypatch.setenv("MIOPY_DEBUG_FIND_ONLY_SOLVER", "ConvDirectNaiveFwd")
+    h = Handle("opencl")
+    assert [s.solver for s in find.get_solutions(h, conv)] == ["ConvDirectNaiveFwd"]
+    assert h.package_choices.used == 0
+    monkeypatch.delenv("MIOPY_DEBUG_FIND_ONLY_SOLVER")
+    # a tuned configuration in the user perf DB wins over the record's
+    h = Handle("opencl")
+    (first,) = find.get_solutions(h, activ)
+    solver = find.by_name(first.solver, "activ")
+    view = activ.solver_view()
+    other = next(c for c in solver.search_space(h, view) if c != first.config)
+    h.perf_db.store(view.key(), solver.name, other, primitive="activ")
+    fresh = Handle("opencl")
+    (solution,) = find.get_solutions(fresh, activ)
+    assert solution.config == other and fresh.package_choices.used == 1
+    # a find (user find DB record) wins over the package
+    h = Handle("opencl")
+    ranked = find.find_solutions(h, activ, find.FindOptions())
+    assert [s.solver for s in find.get_solutions(h, activ)] == [s.solver for s in ranked]
+    assert h.package_choices.used == 0
+
+
+def test_offline_cuda_build_keeps_cublaslt_solvers_unknown():
+    """An sm_90 target on a machine where cuBLASLt does not load: the fp32 NCHW 1x1
+    backward-weights problem records GemmLtWrw1x1Nchw first, unknown, then the solver that applies
+    without it; the package gets that solver's two kernels anyway."""
+    pytest.importorskip("cuda.bindings")
+    from miopy.backends import cuda
+    from miopy.solvers.conv import gemm_lt
+
+    if cuda.cuda_include_dir() is None:
+        pytest.skip("no CUDA headers for NVRTC")
+    ctx = target.target("cuda", "sm_90", 132)
+    if not gemm_lt.lt_unknown(ctx):
+        pytest.skip("cuBLASLt loads here")
+    (problem,) = workload.problems_from_line("conv -n 4 -c 64 -H 14 -W 14 -k 128 -y 1 -x 1 -F 4")
+    found = kernels.choice(ctx, problem)
+    assert found is not None and [c.known for c in found][0] is False
+    assert found[0].solver == "GemmLtWrw1x1Nchw" and found[-1].known
+    assert not any(c.solver.startswith("GemmLt") for c in found if c.known)
+    work = workload.Workload("test", problems=[problem])
+    names = {spec.name for spec in kernels.library_kernels(ctx, work)}
+    assert names == {"permute_rows_f32", "batch_sum_f32"}
+    found, _ = kernels.solutions(ctx, work)
+    specs = {spec.name for spec in kernels.kernel_specs(found, kernels.library_kernels(ctx, work))}
+    assert {"permute_rows_f32", "batch_sum_f32"} <= specs
+
+
+def test_a_handle_hands_the_package_library_calls_to_its_backend(installed, monkeypatch):
+    """A backend with a library warm-up (CUDA) gets the package's calls that parse as JSON when
+    the handle is made, unless MIOPY_LIBRARY_WARM_UP=0; which calls may run is its own check
+    (tests/unit/test_library_warm_up.py)."""
+    from miopy.backends.opencl import Backend as OpenCLBackend
+
+    path, _ = installed
+    call = {"kind": "lt", "key": [0, 0, 0, 8, 6, 4, 8, 4, 8, 1, 0, 0, 0, 0], "algo": 0}
+    _rewrite(path, "INSERT INTO kdb_library VALUES (?)", json.dumps(call))
+    _rewrite(path, "INSERT INTO kdb_library VALUES (?)", "{broken")
+    seen = []
+    monkeypatch.setattr(OpenCLBackend, "warm_library", lambda self, load: seen.append(load()), raising=False)
+    Handle("opencl")
+    assert call in seen[0] and "{broken" not in seen[0]
+    monkeypatch.setenv("MIOPY_LIBRARY_WARM_UP", "0")
+    Handle("opencl")
+    assert len(seen) == 1
