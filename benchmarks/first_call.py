@@ -19,8 +19,8 @@ iteration, with the minimum and median over the processes):
   from the package or the cache), ``chosen`` (problems whose solution came from the package's
   immediate-mode choices) and ``warmed`` (library calls the handle ran ahead).
 
-Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-no-warm-up``
-(MIOPY_LIBRARY_WARM_UP=0), ``kdb-no-choices`` (a copy of the package without its choices and
+Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-warm-up``
+(MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-choices`` (a copy of the package without its choices and
 library calls, as packages were before them), ``again`` (OpenCL: the package in a new process
 that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on first
 launch and caches that). On OpenCL each run gets an empty PoCL cache (``POCL_CACHE_DIR``) unless
@@ -139,13 +139,13 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
 
 
 def _env(
-    tmp: Path, kdb: Path | None, backend: str, pocl: Path | None = None, warm_up: bool = True
+    tmp: Path, kdb: Path | None, backend: str, pocl: Path | None = None, warm_up: bool = False
 ) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MIOPY_BACKEND": backend, "PYTHONUNBUFFERED": "1"}
     for name in ("MIOPY_DISABLE_CACHE", "MIOPY_FIND_MODE", "MIOPY_FIND_ENFORCE", "MIOPY_LIBRARY_WARM_UP"):
         env.pop(name, None)
-    if not warm_up:
-        env["MIOPY_LIBRARY_WARM_UP"] = "0"
+    if warm_up:
+        env["MIOPY_LIBRARY_WARM_UP"] = "1"
     for name, sub in (
         ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
         ("MIOPY_USER_DB_PATH", "db"),
@@ -230,11 +230,11 @@ def _without_choices(kdb: Path, folder: Path) -> Path:
 # Variants of a case: (package, library warm-up, PoCL cache of the previous run). "again" is
 # OpenCL only: PoCL's cache as the case before it left it (any later run on the machine).
 VARIANTS = {
-    "none": ("no package", False, True, False),
-    "kdb": ("package", True, True, False),
-    "kdb-no-warm-up": ("package, no library warm-up", True, False, False),
-    "kdb-no-choices": ("package without choices", "bare", True, False),
-    "again": ("package, PoCL cache warm", True, True, True),
+    "none": ("no package", False, False, False),
+    "kdb": ("package", True, False, False),
+    "kdb-warm-up": ("package, library warm-up", True, True, False),
+    "kdb-no-choices": ("package without choices", "bare", False, False),
+    "again": ("package, PoCL cache warm", True, False, True),
 }
 
 

@@ -248,7 +248,7 @@ def test_offline_cuda_build_keeps_cublaslt_solvers_unknown():
 
 def test_a_handle_hands_the_package_library_calls_to_its_backend(installed, monkeypatch):
     """A backend with a library warm-up (CUDA) gets the package's calls that parse as JSON when
-    the handle is made, unless MIOPY_LIBRARY_WARM_UP=0; which calls may run is its own check
+    the handle is made with MIOPY_LIBRARY_WARM_UP=1 (off by default); which calls may run is its own check
     (tests/unit/test_library_warm_up.py)."""
     from miopy.backends.opencl import Backend as OpenCLBackend
 
@@ -259,7 +259,7 @@ def test_a_handle_hands_the_package_library_calls_to_its_backend(installed, monk
     seen = []
     monkeypatch.setattr(OpenCLBackend, "warm_library", lambda self, load: seen.append(load()), raising=False)
     Handle("opencl")
-    assert call in seen[0] and "{broken" not in seen[0]
-    monkeypatch.setenv("MIOPY_LIBRARY_WARM_UP", "0")
+    assert seen == []
+    monkeypatch.setenv("MIOPY_LIBRARY_WARM_UP", "1")
     Handle("opencl")
-    assert len(seen) == 1
+    assert call in seen[0] and "{broken" not in seen[0]
