@@ -222,7 +222,10 @@ class LRNProblem(Problem):
         args += ["-H", str(lens[-2]), "-W", str(lens[-1]), "-N", str(self.n)]
         args += ["-A", float_text(self.alpha), "-B", float_text(self.beta), "-K", float_text(self.k)]
         args += ["-m", "cross" if self.mode is LRNMode.CROSS_CHANNEL else "within"]
-        args += ["-F", "1" if self.direction is Pass.FORWARD else "2"]
+        # A forward pass that saves the scale is the driver's forward-then-backward (-F 0), the
+        # only way its command line asks for one: a line read back (a workload) is this problem.
+        forward = "0" if self.save_scale else "1"
+        args += ["-F", forward if self.direction is Pass.FORWARD else "2"]
         if self.x.layout not in ("NCHW", "NCDHW"):
             args += ["--layout", self.x.layout]
         if solver_id is not None:

@@ -172,7 +172,25 @@ def _problems(sub: str, argv: list[str]) -> list[Problem]:
 
         values = parse_flags(argv, bnorm.FLAGS)
         return [bnorm.build_problem(values, arg, bnorm.plan(values))]
-    raise ToolError(f"subcommand={sub!r}: the tool does not know how to read its problems")
+    return _other_problems(module, argv, DataType.parse(arg))
+
+
+def _other_problems(module: str, argv: list[str], dtype: DataType) -> list[Problem]:
+    """The problems of a tensorop, softmax, reduce, lrn, layernorm or groupnorm line, as the
+    driver builds them (every pass the line's -F asks for)."""
+    import importlib
+
+    from miopy.driver import norm_family
+    from miopy.driver.cli import parse_flags
+
+    family = importlib.import_module(module)
+    values = parse_flags(argv, family.FLAGS)
+    if hasattr(family, "build_problems"):  # softmax, lrn: a problem per pass
+        return list(family.build_problems(values, dtype))
+    if module.endswith((".layernorm", ".groupnorm")):
+        label = norm_family.labeller(family.FLAGS)
+        return [family.build_problem(values, dtype, p) for p in norm_family.passes(values, label)]
+    return [family.build_problem(values, dtype)]  # tensorop, reduce
 
 
 def problems_from_line(line: str) -> list[Problem]:

@@ -263,3 +263,32 @@ def test_a_handle_hands_the_package_library_calls_to_its_backend(installed, monk
     monkeypatch.setenv("MIOPY_LIBRARY_WARM_UP", "1")
     Handle("opencl")
     assert call in seen[0] and "{broken" not in seen[0]
+
+
+def test_workload_lines_of_every_primitive_read_back_what_miopy_logs():
+    """A workload may hold a driver line of any primitive: each problem's logged command line
+    (MIOPY_ENABLE_LOGGING_CMD) reads back into the same problem."""
+    lines = [
+        "conv -n 2 -c 4 -H 6 -W 6 -k 8 -y 3 -x 3 -p 1 -q 1 -F 0",
+        "pool -W 2x4x6x6,NCHW -y 2 -x 2 -u 2 -v 2 -F 0",
+        "activ -n 2 -c 4 -H 6 -W 6 -m 3 -F 0",
+        "bnorm -n 2 -c 4 -H 6 -W 6 -m 1 -F 1",
+        "tensorop -n 2 -c 4 -H 4 -W 4",
+        "softmax -n 2 -c 4 -H 4 -W 4 -F 0",
+        "reduce -D 2,4,4,4 -R 0,2",
+        "reducefp64 -D 2,4,4,4 -R 1",
+        "lrn -n 2 -c 4 -H 4 -W 4 -F 0",
+        "layernorm -X 2x4x4x4 -F 0",
+        "groupnorm -n 2 -c 8 -D 0 -H 4 -W 4 -g 2 -F 0",
+    ]
+    seen = set()
+    for line in lines:
+        problems = workload.problems_from_line(line)
+        assert problems, line
+        for problem in problems:
+            seen.add(problem.primitive)
+            again = workload.problems_from_line(" ".join(problem.driver_args()))
+            assert problem.key() in [p.key() for p in again], (line, problem.driver_args())
+    assert seen == {
+        "conv", "pool", "activ", "bnorm", "tensorop", "softmax", "reduce", "lrn", "layernorm", "groupnorm"
+    }  # fmt: skip
