@@ -76,6 +76,7 @@ def setup(handle, dtype: str, c: int, hw: int, direction: str):
         torch_rot = [functools.partial(cmo, x, 0, out=o) for x, o in zip(xs, outs)]
         args = [{"x": be.wrap(x), "y": be.wrap(y)} for x, y in zip(xs, ys)]
         out, want = ys[0], torch.nn.functional.relu(xs[0])
+        HOT_CALLS["F"] = [functools.partial(torch.nn.functional.relu, x) for x in xs]
     else:
         ys = [torch.nn.functional.relu(x) for x in xs]
         dys = [ap.torch_tensor(lens, dtype, layout, "grad") for _ in range(sets)]
@@ -87,6 +88,8 @@ def setup(handle, dtype: str, c: int, hw: int, direction: str):
             for x, y, dy, dx in zip(xs, ys, dys, dxs)
         ]
         out, want = dxs[0], torch.ops.aten.threshold_backward(dys[0], ys[0], 0)
+        tb = torch.ops.aten.threshold_backward
+        HOT_CALLS["B"] = [functools.partial(tb, dy, y, 0) for dy, y in zip(dys, ys)]
 
     def check(inv) -> float:
         out.fill_(float("nan"))
@@ -155,6 +158,81 @@ def probe_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
     return row
 
 
+def config_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
+    """Every config of the packed solver's search space (and the default with ACTIV_RAW 2, the
+    integer ReLU mask) timed under both output policies (rotate: every launch its own output; hot:
+    one output buffer), then the default, the two fastest of each policy and torch again in
+    ROUNDS interleaved rounds: side -> times."""
+    from miopy.engine.candidates import make_solution
+
+    problem, args, torch_rot, check = setup(handle, dtype, c, hw, direction)
+    out_role = "y" if direction == "F" else "dx"
+    hot = [{**a, out_role: args[0][out_role]} for a in args]
+    torch_hot = torch_hot_calls(args, direction)
+    solver = solver_for(direction)
+    view = problem.solver_view()
+    default_cfg = solver.default_config(handle, view)
+    space = solver.search_space(handle, view)
+    sols = {str(cfg): make_solution(handle, problem, solver, cfg) for cfg in space}
+    default = make_solution(handle, problem, solver, default_cfg)
+    if dtype != "fp32":
+        sols["default raw2"] = with_defines(default, {"ACTIV_RAW": 2})
+    timed = {}
+    for label, sol in sols.items():
+        inv = ap.invoker(handle, sol)
+        err = check(inv)
+        if err > 1.0:
+            print(f"    WRONG {label}: {err:.2f}", flush=True)
+            continue
+        rot_fns = [functools.partial(inv, a, None) for a in args]
+        hot_fns = [functools.partial(inv, a, None) for a in hot]
+        timed[label] = (ap.device_us(rot_fns), ap.device_us(hot_fns), rot_fns, hot_fns)
+    by_rot = sorted(timed, key=lambda k: timed[k][0])
+    by_hot = sorted(timed, key=lambda k: timed[k][1])
+    dinv = ap.invoker(handle, default)
+    sides = {
+        "torch rotate": torch_rot,
+        "torch hot": torch_hot,
+        "default rotate": [functools.partial(dinv, a, None) for a in args],
+        "default hot": [functools.partial(dinv, a, None) for a in hot],
+    }
+    extra = ["default raw2"] if "default raw2" in timed else []
+    for label in dict.fromkeys(by_rot[:2] + by_hot[:2] + extra):
+        sides[f"{label} rotate"] = timed[label][2]
+        sides[f"{label} hot"] = timed[label][3]
+    rounds = ap.interleaved(sides)
+    case = f"{dtype} relu {c}x{hw}x{hw} {direction}"
+    print(f"{case}: default {default_cfg}", flush=True)
+    for policy in ("rotate", "hot"):
+        t = median(rounds[f"torch {policy}"])
+        line = ", ".join(
+            f"{k[: -len(policy) - 1]} {median(v):.2f} ({median(v) / t:.3f}x, {min(v):.2f}-{max(v):.2f})"
+            for k, v in rounds.items()
+            if k.endswith(policy) and not k.startswith("torch")
+        )
+        tr = rounds[f"torch {policy}"]
+        print(f"    {policy}: torch {t:.2f} ({min(tr):.2f}-{max(tr):.2f}); {line}", flush=True)
+    print(
+        "    sweep rotate/hot: " + ", ".join(f"{k}={timed[k][0]:.2f}/{timed[k][1]:.2f}" for k in by_rot),
+        flush=True,
+    )
+    return {"case": case, "rounds": rounds, "sweep": {k: v[:2] for k, v in timed.items()}}
+
+
+def median(v):
+    return sorted(v)[len(v) // 2]
+
+
+def torch_hot_calls(args, direction: str):
+    """torch's allocating calls (the caching allocator hands back the block just freed) on the
+    inputs of ``args``."""
+    del args
+    return HOT_CALLS[direction]
+
+
+HOT_CALLS: dict = {}
+
+
 def ncu_case(handle, spec: str, variant: str) -> None:
     """Each kernel once (after a warm-up) for Nsight Compute: default, variant, torch."""
     from miopy.engine.candidates import make_solution
@@ -183,12 +261,24 @@ def main() -> int:
     p.add_argument("--only", default="")
     p.add_argument("--ncu", default="", help="dtype,C,HW,direction: run once for Nsight Compute")
     p.add_argument("--ncu-variant", default="VEC_LD_HINT=2;VEC_ST_HINT=1;ACTIV_RAW=1")
+    p.add_argument(
+        "--configs",
+        default="",
+        help="dtype,C,HW,direction;...: every solver config under both output policies, then rounds",
+    )
+    p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     from miopy.handle import Handle
 
     handle = Handle("cuda")
     if args.ncu:
         ncu_case(handle, args.ncu, args.ncu_variant)
+        return 0
+    if args.configs:
+        ap.ROUNDS = args.rounds
+        for spec in filter(None, args.configs.split(";")):
+            dtype, c, hw, direction = spec.split(",")
+            config_case(handle, dtype, int(c), int(hw), direction)
         return 0
     only = [o for o in args.only.split(",") if o]
     rows = []

@@ -151,7 +151,7 @@ def test_relu_on_bits_and_cache_hints(cuda, dtype, direction):
     """The packed ReLU kernels in every compile-time variant (ReLU on the bits of 16-bit data,
     every load and store cache hint) give exactly relu(x) and x > 0 ? dy : 0 on special values
     (NaN, infinities, signed zeros, subnormals, the largest finite values), with and without a
-    tail of n % VEC elements."""
+    tail of n % VEC elements (ACTIV_RAW 1 compares packed halves, 2 works on the integer bits)."""
     special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-7, -1e-7, 60000.0, -60000.0, 1.0, -1.0])
     rng = np.random.default_rng(7)
     for lens in ((2, 16, 8, 8), (3, 5, 7, 9)):
@@ -165,8 +165,8 @@ def test_relu_on_bits_and_cache_hints(cuda, dtype, direction):
         assert defines.get("ACTIV_RAW") == (1 if dtype != "fp32" else None)  # the default: on the bits
         assert base.config["stream"] == (1 if direction == "B" else 0)  # small: streaming hints
         assert defines.get("VEC_LD_HINT") == (1 if direction == "B" else None)
-        for raw in (0, 1):
-            for ld, st in ((0, 0), (1, 1), (2, 0), (3, 2), (4, 1)):
+        for raw in (0, 1, 2):
+            for ld, st in ((0, 0), (1, 1), (2, 0), (3, 2), (4, 1), (1, 0), (3, 0)):
                 extra = {"ACTIV_RAW": raw, "VEC_LD_HINT": ld, "VEC_ST_HINT": st}
                 host = {r: store_logical(np.full(lens, np.nan), d) for r, d in descs.items()}
                 host["x"] = store_logical(x, descs["x"])

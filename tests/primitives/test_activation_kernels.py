@@ -108,14 +108,18 @@ def test_packed_configs(ocl, direction):
     assert all(c in space for c in configs)
     assert all(c["stream"] == 0 for c in space)  # cache hints are CUDA's
     assert solver.is_valid_config(ocl, None, {"local": 64, "unroll": 4})  # a record from before "stream"
-    # 4 * 7 * 11 * 13 = 4004 fp32: 1001 vectors, the last group partial; 3 elements: a tail only
-    for lens in ((4, 7, 11, 13), (1, 3, 1, 1)):
+    # 4 * 7 * 11 * 13 = 4004 fp32: 1001 vectors, the last group partial; 3 elements: a tail only;
+    # 2 * 4 * 32 * 32 = 8192: 2048 vectors, whole groups in both configs (ACTIV_EXACT)
+    for lens in ((4, 7, 11, 13), (1, 3, 1, 1), (2, 4, 32, 32)):
         problem = ActivationProblem.create(_desc(ActivationMode.ELU), TensorDesc("fp32", lens), direction)
         for cfg in configs:
-            check_activ(ocl, make_solution(ocl, problem, solver, cfg=cfg), rng)
+            solution = make_solution(ocl, problem, solver, cfg=cfg)
+            exact = ("ACTIV_EXACT", 1) in solution.kernels[0].defines
+            assert exact == (lens == (2, 4, 32, 32))
+            check_activ(ocl, solution, rng)
     assert not solver.is_valid_config(ocl, None, {"local": 96, "unroll": 1})
     assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": True})
-    assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "stream": 2})
+    assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "stream": 7})
     assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "stream": True})
     assert not solver.is_valid_config(ocl, None, {"local": 128, "unroll": 1, "hint": 1})
 

@@ -30,6 +30,10 @@ PACKED_UNROLLS = (1, 2, 4)
 SMALL_ELEMENTS = 4 << 20  # forward: up to here, 16 elements per work item
 RELU = 3  # miopenActivationRELU
 STREAM_MAX_BYTES = 24 << 20  # backward on CUDA: streaming cache hints up to this many bytes moved
+# "stream" config values: (load hint, store hint) of kernels/common/vec.h. 0: none; 1: ld.global.cs
+# and st.global.cs (evict first); 2: ld.global.cs only (inputs leave L2 first, outputs stay);
+# 3: ld.global.nc.L2::256B (the L2 fetches 256-byte blocks), plain stores.
+STREAM_HINTS = {0: (0, 0), 1: (1, 1), 2: (1, 0), 3: (3, 0)}
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -99,7 +103,7 @@ class _Packed(_Activ, TunableSolver):
         return {"local": 256, "unroll": 1, "stream": 0}
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
-        streams = (0, 1) if specialize(ctx) else (0,)  # OpenCL has no cache hints here
+        streams = tuple(STREAM_HINTS) if specialize(ctx) else (0,)  # OpenCL has no cache hints here
         return [
             {"local": lo, "unroll": u, "stream": st}
             for lo in PACKED_LOCALS
@@ -119,7 +123,7 @@ class _Packed(_Activ, TunableSolver):
             and type(st) is int
             and lo in PACKED_LOCALS
             and u in PACKED_UNROLLS
-            and st in (0, 1)
+            and st in STREAM_HINTS
         )
 
     def packed_spec(self, ctx, problem: ActivationProblem, config: dict | None) -> KernelSpec:
@@ -131,12 +135,17 @@ class _Packed(_Activ, TunableSolver):
         defines = {"MIOPY_DTYPE": problem.dtype.code, "ACTIV_LOCAL": local, "ACTIV_UNROLL": unroll}
         if n + groups * local < 2**31:
             defines["ACTIV_IDX32"] = 1
+        if n % (groups * local * unroll * (VEC_BYTES // problem.dtype.itemsize)) == 0:
+            defines["ACTIV_EXACT"] = 1  # the grid covers n exactly: no bounds checks, no tail
         if specialize(ctx):
             defines["ACTIV_MODE"] = int(problem.desc.mode)
             if int(problem.desc.mode) == RELU and problem.dtype.itemsize == 2:
                 defines["ACTIV_RAW"] = 1  # on the bits, no fp32 round trip (kernels/common/activ.h)
-            if cfg.get("stream", 0):  # ld.global.cs / st.global.cs (kernels/common/vec.h)
-                defines["VEC_LD_HINT"] = defines["VEC_ST_HINT"] = 1
+            ld, st = STREAM_HINTS[cfg.get("stream", 0)]  # cache hints (kernels/common/vec.h)
+            if ld:
+                defines["VEC_LD_HINT"] = ld
+            if st:
+                defines["VEC_ST_HINT"] = st
         return KernelSpec("activ", self.kernel, defines, (groups * local,), (local,))
 
 
