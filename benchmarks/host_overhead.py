@@ -50,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--direct-single", action="store_true", help="also time lone launches run directly")
+    ap.add_argument(
+        "--direct-single",
+        action="store_true",
+        help="also time each case in the other launch mode (lone kernel: direct; lone library call: graph)",
+    )
     args = ap.parse_args(argv)
     if torch is None or not torch.cuda.is_available():
         print("benchmarks/host_overhead.py needs PyTorch with a CUDA GPU", file=sys.stderr)
@@ -89,15 +93,17 @@ def main(argv: list[str] | None = None) -> int:
         keys_us = host_us(lambda t=tensors: handle.backend.fast_keys(t.values()), args.calls)
         torch.cuda.synchronize()
         err = float((out.float() - y.float()).norm() / y.float().norm())
-        if args.direct_single:
-            graph = handle.backend.graph_single_launch
-            handle.backend.graph_single_launch = False  # the same case, a lone launch not as a graph
+        if args.direct_single:  # the same case in the other launch mode (graph <-> direct)
+            be = handle.backend
+            saved = be.graph_single_launch, be.graph_single_library
+            be.graph_single_launch, be.graph_single_library = not saved[0], not saved[1]
             handle._prepared.clear()
-            direct_us = host_us(lambda s=solution, t=tensors: s.run(handle, t), args.calls)
-            handle.backend.graph_single_launch = graph
+            other_us = host_us(lambda s=solution, t=tensors: s.run(handle, t), args.calls)
+            be.graph_single_launch, be.graph_single_library = saved
             handle._prepared.clear()
             host_us(lambda s=solution, t=tensors: s.run(handle, t), 10)
-            label += f" [direct launch: {direct_us:.1f} us]"
+            mode = "as a graph" if "GEMM" in label else "direct launch"
+            label += f" [{mode}: {other_us:.1f} us]"
         replay = [e[1] for e in handle._prepared.entries.values() if e[0]() is solution]
         replay_us = host_us(lambda c=replay[0]: handle.backend.run_prepared(c), args.calls) if replay else 0
         print(

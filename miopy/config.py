@@ -166,6 +166,15 @@ def library_warm_up() -> bool:
     return _flag("LIBRARY_WARM_UP")
 
 
+def graph_single_library() -> bool:
+    """MIOPY_GRAPH_SINGLE_LIBRARY (default off): a recorded run of one library call (cuBLAS,
+    cuBLASLt) replays as a CUDA graph. Off, the call is made directly: on an H200 the graph's
+    kernel started 0.1-0.4 us later on the device than the same call made directly (fp16/bf16
+    1x1 convolutions of 11-19 us, benchmarks/conv_kernels.py), which is what separated those from
+    cuDNN's time (cuDNN runs the same cuBLASLt kernels). Read when a CUDA backend is made."""
+    return _flag("GRAPH_SINGLE_LIBRARY")
+
+
 def bench_flush_l2() -> bool:
     """MIOPY_BENCH_FLUSH_L2: find, tuning and the driver evict the L2 cache before each timed run
     (off by default: back-to-back runs, as a network runs them)."""

@@ -398,8 +398,8 @@ class Backend(BackendBase):
         self._c_sptr = ctypes.c_void_p(0)
         # A lone kernel launch replays as a graph too when this is set (see finish_prepared).
         self.graph_single_launch = config.graph_single_launch()
-        # A lone library call (cuBLAS, cuBLASLt) is captured unless this is cleared.
-        self.graph_single_library = True
+        # A lone library call (cuBLAS, cuBLASLt) is captured only when this is set.
+        self.graph_single_library = config.graph_single_library()
         self._multi_gpu = count > 1
         self._follow: str | None = None
         self._keyers: dict[type, Callable[[Any], Any]] = {}
@@ -759,8 +759,8 @@ class Backend(BackendBase):
         instantiation) waits for the second run: a call made once, as in a network's first
         iteration, runs its calls directly and pays for no graph (``eager`` captures now: find
         times the graph from its first sample on). A lone kernel launch stays
-        direct when ``graph_single_launch`` is off, a lone library call when
-        ``graph_single_library`` is."""
+        direct when ``graph_single_launch`` is off, a lone library call unless
+        ``graph_single_library`` is on (MIOPY_GRAPH_SINGLE_LIBRARY)."""
         if len(calls) == 1:
             library = getattr(calls[0], "library", False)
             if not (self.graph_single_library if library else self.graph_single_launch):

@@ -4,11 +4,12 @@ streams, and the cuBLASLt 1x1 solvers in every direction and type against the Nu
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
-from miopy import backends
+from miopy import backends, config
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical, view
 from miopy.tensor import DataType, TensorDesc, from_storage
@@ -133,6 +134,33 @@ def test_graph_is_captured_at_the_second_run(handle, cp):
     finally:
         be.graph_single_launch, be.graph_single_library = saved
     assert states == [(1, False), (2, True), (2, True)], states
+
+
+def test_lone_library_call_runs_directly(handle, cp):
+    """By default (MIOPY_GRAPH_SINGLE_LIBRARY unset) a run of one library call replays that call
+    itself, never a graph (whose kernel starts later on the device), and computes the result."""
+    from miopy.engine.find import solution_for
+
+    problem = problem_1x1("fp32", "NCHW", "F", n=4, c=32, hw=8, k=48)
+    host = host_buffers(problem, 9)
+    dev = {r: cp.asarray(b) for r, b in host.items()}
+    be = handle.backend
+    saved = be.graph_single_library
+    be.graph_single_library = config.graph_single_library()
+    try:
+        assert be.graph_single_library is (os.environ.get("MIOPY_GRAPH_SINGLE_LIBRARY") == "1")
+        sol = solution_for(handle, problem, "GemmFwd1x1_0_1")  # one cuBLAS call
+        for run in range(3):
+            dev["y"][...] = cp.nan
+            sol.run(handle, dev)
+            handle.backend.synchronize()
+            assert error(problem, {r: cp.asnumpy(b) for r, b in dev.items()}) < tol(problem), run
+        entry = next(e for e in handle._prepared.entries.values() if e[0]() is sol)
+        (call,) = entry[1]
+        if not be.graph_single_library:
+            assert getattr(call, "library", False), sol.solver  # the library call itself
+    finally:
+        be.graph_single_library = saved
 
 
 def test_run_follows_cupy_stream(handle, cp):
