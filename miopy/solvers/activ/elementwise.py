@@ -4,18 +4,24 @@ Packed: every tensor dense with the same strides, so the data are one flat array
 loads and stores (4 fp32 or 8 fp16/bf16 per vector), a grid that covers the data once (with no
 bounds checks when it covers them exactly). Tunable: the work-group size, the vectors per work
 item and, on CUDA, cache hints (``"stream"``, STREAM_HINTS; 1: ld.global.cs / st.global.cs, evict
-first). Defaults from H200 sweeps of the ResNet-50 ReLUs at batch 32 against torch, in
-interleaved rounds under both output policies of benchmarks/activ_pool.py: 256 work items of one
-vector with streaming hints wherever the operation moves at most 80 MB (fp16 NHWC backward
-64x56x56, 38.5 MB: 11.43 / 10.44 us rotating / one output, against 11.86 / 10.92 without hints
-and torch's 11.95 / 10.98; 128x56x56, 77 MB: 20.30 / 19.47 against 20.86 / 20.20 and 20.94 /
-20.11; fp32 NCHW forward 64x56x56, 51 MB: 14.41 / 13.50 against 15.00 / 14.12 and 15.20 / 13.95),
-none above (fp32 forward 64x112x112, 103 MB: 51.09 without, 51.86 with); forward up to 4 Mi
-elements 16 elements per work item without hints (fp32 128x28x28: 8.81 against 9.08 us with one
-vector). On CUDA, ReLU on fp16/bf16 works on the bits (ACTIV_RAW: one packed comparison per two
-values; Nsight Compute, fp16 256x28x28 backward: 0.73 M warp instructions against 1.43 M with
-the integer mask, the same DRAM bytes). Strided: any lens and strides, one element per step; the
-fallback."""
+first). Defaults from H200 runs of benchmarks/activ_pool.py (ResNet-50 ReLUs at batch 32 against
+torch, interleaved rounds, rotating outputs / one output buffer, µs):
+
+* forward, up to 4 Mi elements: 256 work items of 16 elements, no hints (fp32 128x28x28: 8.81
+  against 9.08 with one vector);
+* forward above that: 256 work items of one vector, with streaming hints up to 80 MB moved (fp32
+  64x56x56, 51 MB: 14.90 / 13.08 against 15.00 / 14.12 without, torch 15.25 / 14.00; fp16
+  128x56x56: 14.92 / 13.06, torch 15.76 / 15.11), none above (fp32 64x112x112, 103 MB: 51.09
+  without, 51.86 with);
+* backward: 256 work items with streaming hints up to 24 MiB moved (fp16 512x7x7: 3.56 / 3.37,
+  torch 4.00 / 3.59), 512 without above: from 38.5 MB on the hints win with one output buffer
+  (fp16 64x56x56 backward 10.44 against 11.10) but lose 1-2 % with rotating outputs (12.14 against
+  12.03).
+
+On CUDA, ReLU on fp16/bf16 works on the bits (ACTIV_RAW: one packed comparison per two values;
+Nsight Compute, fp16 256x28x28 backward: 0.73 M warp instructions, the integer mask 1.43 M,
+torch's threshold_backward 1.43 M; the same DRAM bytes). Strided: any lens and strides, one
+element per step; the fallback."""
 
 from __future__ import annotations
 
@@ -35,7 +41,9 @@ PACKED_LOCALS = (64, 128, 256, 512)
 PACKED_UNROLLS = (1, 2, 4)
 SMALL_ELEMENTS = 4 << 20  # forward: up to here, 16 elements per work item
 RELU = 3  # miopenActivationRELU
-STREAM_MAX_BYTES = 80_000_000  # on CUDA: streaming cache hints up to this many bytes moved
+# On CUDA, streaming cache hints ("stream": 1) by default up to these many bytes moved
+STREAM_MAX_BYTES_FWD = 80_000_000  # forward, beyond SMALL_ELEMENTS
+STREAM_MAX_BYTES_BWD = 24 << 20  # backward
 # "stream" config values: (load hint, store hint) of kernels/common/vec.h. 0: none; 1: ld.global.cs
 # and st.global.cs (evict first); 2: ld.global.cs only (inputs leave L2 first, outputs stay);
 # 3: ld.global.nc.L2::256B (the L2 fetches 256-byte blocks), plain stores.
@@ -100,8 +108,10 @@ class _Packed(_Activ, TunableSolver):
     kernel: str
 
     def default_config(self, ctx, problem) -> dict[str, Any]:
-        streaming = specialize(ctx) and problem is not None and problem.bytes() <= STREAM_MAX_BYTES
-        if self.direction is Pass.BACKWARD:
+        backward = self.direction is Pass.BACKWARD
+        most = STREAM_MAX_BYTES_BWD if backward else STREAM_MAX_BYTES_FWD
+        streaming = specialize(ctx) and problem is not None and problem.bytes() <= most
+        if backward:
             if streaming:
                 return {"local": 256, "unroll": 1, "stream": 1}
             return {"local": 512, "unroll": 1, "stream": 0}
