@@ -7,9 +7,10 @@ benchmarks/conv.py), then
   duration on the device over ``--calls`` calls, the L2 flushed before each call outside the
   profiled work: its memset is left out of the list);
 * the time of one call as benchmarks/conv.py measures it (event pair around the call, L2 flushed
-  before it, median of runs; best of ``--rounds`` interleaved rounds) for cuDNN, miopy as
-  ``Solution.run`` replays it (a CUDA graph for a lone library call) and miopy's calls launched
-  directly (no graph), so a launch cost of the graph shows as the difference of the last two.
+  before it, median of runs; best of ``--rounds`` interleaved rounds) for cuDNN, miopy's run
+  captured into a CUDA graph (MIOPY_GRAPH_SINGLE_LIBRARY=1 and MIOPY_GRAPH_SINGLE_LAUNCH=1) and
+  miopy's calls made directly (no graph: a lone library call's default), so a launch cost of the
+  graph shows as the difference of the last two.
 
     python3 benchmarks/conv_kernels.py --dtypes fp16,bf16 --layers 2 --directions FBW
 """
@@ -70,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     import miopy
     from miopy.engine.find import FindOptions, find_solutions
 
-    handle = miopy.Handle("cuda")
+    handle = miopy.Handle("cuda")  # runs as CUDA graphs, whatever the defaults
+    handle.backend.graph_single_library = handle.backend.graph_single_launch = True
     direct = miopy.Handle("cuda")  # the same solutions, library calls launched without a graph
-    direct.backend.graph_single_library = False
-    direct.backend.graph_single_launch = False
+    direct.backend.graph_single_library = direct.backend.graph_single_launch = False
     backend = handle.backend
     lines = bench.read_workload(args.workload)
     types = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
