@@ -1,11 +1,12 @@
 """Config sweeps of the fp32 3xTF32 solvers on the layers issue 9 lists as slow, next to cuDNN
 (true fp32, TF32 off), on a GPU: the ResNet-50 stem (C = 3, 7x7, stride 2) through
-ConvIgemmPadFwdTf32x3, ConvIgemmBwdPhaseTf32x3 and ConvIgemmPadWrwTf32x3, and backward weights
-of the 3x3 layers 128x28², 256x14², 512x7² through ConvIgemmWrwTf32x3; NCHW and NHWC, batch 32.
+ConvIgemmPadFwdTf32x3, ConvIgemmBwdPhaseTf32x3 and ConvIgemmPadWrwTf32x3 (case ``stem``), and
+backward weights of the 3x3 layers 128x28², 256x14², 512x7² through ConvIgemmWrwTf32x3 (case
+``wrw``) and ConvWinogradWrwF2x3Tf32x3 (case ``wino``, 64x56² too); NCHW and NHWC, batch 32.
 Each config is checked against cuDNN's output (relative L2 error printed) before it is timed;
 registers and resident blocks per SM of the GEMM kernel are printed too.
 
-    python scripts/bench_tf32x3_pad.py [--cases stem,wrw] [--json out.json]
+    python scripts/bench_tf32x3_pad.py [--cases stem,wrw,wino] [--json out.json]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from miopy.solvers.conv.implicit_gemm_pad_tf32x3 import (  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_phase_tf32x3 import ConvIgemmBwdPhaseTf32x3  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_tf32x3 import tile_config  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3  # noqa: E402
+from miopy.solvers.conv.winograd_wrw_tf32x3 import ConvWinogradWrwF2x3Tf32x3, gemm_problem  # noqa: E402
 from miopy.tensor import TensorDesc  # noqa: E402
 
 BATCH, SETS = 32, 2
@@ -65,6 +67,7 @@ WRW_TILES = [
 ]
 STEM_WRW = [{**t, "split_k": s} for t in WRW_TILES[:4] for s in (32, 64)]
 LAYERS_3X3 = [(128, 28, 128), (256, 14, 256), (512, 7, 512)]  # C, H=W, K
+WINO_LAYERS = [(64, 56, 64), *LAYERS_3X3]
 
 
 def fmt(layout: str):
@@ -92,7 +95,10 @@ def run(handle, solver, problem, configs, direction, x, w, dy, stride, pad, flop
         out_role = "x" if direction == "B" else "w"
     view = problem.conv_view()
     default = solver.default_config(handle, view)
-    picks = [default] + [c for c in configs if c != default and solver.is_valid_config(handle, view, c)]
+    picks = [default]
+    for c in configs:
+        if c not in picks and solver.is_valid_config(handle, view, c):
+            picks.append(c)
     sols = compile_all(handle, [make_solution(handle, problem, solver, c) for c in picks])
     outs = [torch.empty_like(ref) for _ in range(SETS)]
     sets = [{**ins, out_role: be.wrap(o)} for o in outs]
@@ -126,6 +132,27 @@ def problem_of(c, hw, k, r, stride, pad, layout, direction) -> ConvProblem:
         ConvDesc((pad, pad), (stride, stride)),
         direction,
     )
+
+
+def wino_sweep(handle, results: list) -> None:
+    """ConvWinogradWrwF2x3Tf32x3 on WINO_LAYERS: its default, then tiles x splits around its rule."""
+    solver = ConvWinogradWrwF2x3Tf32x3()
+    for layout in ("NCHW", "NHWC"):
+        for c, hw, k in WINO_LAYERS:
+            x = torch.randn(BATCH, c, hw, hw, device="cuda").to(memory_format=fmt(layout))
+            w = torch.randn(k, c, 3, 3, device="cuda").to(memory_format=fmt(layout))
+            dy = torch.randn(BATCH, k, hw, hw, device="cuda").to(memory_format=fmt(layout))
+            problem = problem_of(c, hw, k, 3, 1, 1, layout, "W")
+            view = problem.conv_view()
+            gemm = gemm_problem(view)
+            configs = []
+            for t in WRW_TILES[:6]:
+                split = solver._split_for(handle, gemm, t)
+                configs += [{**t, "split_k": s} for s in (split, split * 2, max(1, split // 2))]
+            flops = 2.0 * BATCH * hw * hw * k * c * 9
+            tag = f"wino {c}x{hw}->{k} {layout}"
+            run(handle, solver, problem, configs, "W", x, w, dy, 1, 1, flops, results, tag)
+            del x, w, dy
 
 
 def main() -> int:
@@ -169,6 +196,8 @@ def main() -> int:
                 tag = f"{c}x{hw}->{k} {layout}"
                 run(handle, solver, problem, configs, "W", x, w, dy, 1, 1, flops, results, tag)
                 del x, w, dy
+    if "wino" in cases:
+        wino_sweep(handle, results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0

@@ -36,6 +36,7 @@ from miopy.solvers.conv.implicit_gemm_wgmma import ConvWgmmaBwdNhwc, ConvWgmmaFw
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
+from miopy.solvers.conv.winograd_wrw_tf32x3 import ConvWinogradWrwF2x3Tf32x3
 from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
@@ -80,6 +81,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmPadWrwNhwc(),
         ConvIgemmWrwTf32x3(),
         ConvIgemmPadWrwTf32x3(),
+        ConvWinogradWrwF2x3Tf32x3(),
         GemmWrwUniversal(),
         ConvDirectTiledFwd(),
         ConvDirectNaiveFwd(),

@@ -11,6 +11,10 @@
    (TX_SPLIT_K): slice blockIdx.y writes its partial dw to the workspace and tf32x3_wrw_sum adds
    the slices into dw; without a split the block writes dw itself.
 
+   With TX_BATCH > 1, gridDim.z runs that many independent GEMMs of the same shape: GEMM z reads
+   x and dy from z times their sizes on and writes dw (or its slices of the partial sums, laid
+   out [split][batch][K][KD]) from z * K * KD on.
+
    With TX_OUT_NCHW = 1, dw is packed K x C x R x S instead (tap n = (r, s, c) of filter k goes to
    dw[(k*C + c)*R*S + r*S + s]), written straight from the accumulators or by the sum.
 
@@ -19,6 +23,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=0
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_BM=64 -DTX_BN=64 -DTX_BK=16 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=4 -DTX_SPLIT_K=16
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_BATCH=16 -DTX_SPLIT_K=4 -DTX_BM=128 -DTX_BN=64 -DTX_BK=16 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1 -DTX_SPLIT_K=1
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_N=3 -DTX_C=12 -DTX_H=9 -DTX_W=11 -DTX_K=20 -DTX_R=2 -DTX_S=3 -DTX_P=4 -DTX_Q=5 -DTX_PH=1 -DTX_PW=0 -DTX_SH=2 -DTX_SW=2 -DTX_DH=2 -DTX_DW=1
 
@@ -55,6 +60,9 @@
 #endif
 #ifndef TX_SPLIT_K
 #define TX_SPLIT_K 8
+#endif
+#ifndef TX_BATCH
+#define TX_BATCH 1 /* independent GEMMs over gridDim.z (the Winograd solver's 16 positions) */
 #endif
 #if defined(TX_OUT_NCHW) && TX_OUT_NCHW
 #define TX_NCHW 1 /* dw packed K x C x R x S */
@@ -94,14 +102,15 @@ static_assert(TX_WM % 16 == 0 && TX_WN % 16 == 0, "warp tiles are multiples of 1
 static_assert(TX_BK * TX_A_CH % TX_THREADS == 0 && TX_BK * TX_B_CH % TX_THREADS == 0, "even loads");
 static_assert(TX_THREADS % TX_A_CH == 0 && TX_THREADS % TX_B_CH == 0, "fixed columns per thread");
 static_assert(TX_STAGES * TX_STAGE_FLOATS * 4 <= 227 * 1024, "at most 227 KB of shared memory per block");
+static_assert(TX_BATCH == 1 || !TX_NCHW, "batched GEMMs write K x R x S x C");
 
 KERNEL void __launch_bounds__(TX_THREADS)
     igemm_wrw_tf32x3(const float* RESTRICT x, i64 x_off, const float* RESTRICT dy, i64 dy_off, float* RESTRICT dw,
                      i64 dw_off, float* RESTRICT part, i64 part_off)
 {
     extern __shared__ __align__(128) float fsmem[]; /* TX_STAGES stages, given at launch */
-    x += x_off;
-    dy += dy_off;
+    x += x_off + (i64)blockIdx.z * ((i64)TX_N * TX_H * TX_W * TX_C);
+    dy += dy_off + (i64)blockIdx.z * ((i64)TX_J * TX_K);
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
@@ -190,7 +199,8 @@ KERNEL void __launch_bounds__(TX_THREADS)
     };
     tf32x3_mainloop<TX_STAGES, TX_BK / 8>(jt1 - jt0, load_tile, step);
 
-    float* out = TX_SPLIT_K > 1 ? part + part_off + (i64)blockIdx.y * TX_K * TX_KD : dw + dw_off;
+    float* out = TX_SPLIT_K > 1 ? part + part_off + ((i64)blockIdx.y * TX_BATCH + blockIdx.z) * TX_K * TX_KD
+                                : dw + dw_off + (i64)blockIdx.z * TX_K * TX_KD;
 #pragma unroll
     for(int i = 0; i < TX_MI; ++i)
 #pragma unroll
@@ -218,10 +228,11 @@ KERNEL void __launch_bounds__(TX_THREADS)
         }
 }
 
-/* dw = the sum of the TX_SPLIT_K partial filters (K x R x S x C order), 4 values per thread. */
+/* dw = the sum of the TX_SPLIT_K partial filters (K x R x S x C order; TX_BATCH of them), 4
+   values per thread. */
 KERNEL void tf32x3_wrw_sum(const float* RESTRICT part, i64 part_off, float* RESTRICT dw, i64 dw_off)
 {
-    const i64 total = (i64)TX_K * TX_KD;
+    const i64 total = (i64)TX_BATCH * TX_K * TX_KD;
     const i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if(e >= total)
         return;
