@@ -57,7 +57,8 @@ def test_applicability():
         assert reason is not None and word in reason, (word, reason)
     assert "cuda" in WINO.is_applicable(support.fake_cuda_ctx("opencl"), make((2, 8, 9, 9), 8))
     names_ = [s.name for s in CONV_SOLVERS]
-    assert names_.index("ConvIgemmWrwTf32x3") < names_.index(WINO.name) < names_.index("GemmWrwUniversal")
+    # ahead of the 3xTF32 implicit GEMM (immediate mode's registry order): faster on every 3x3 layer
+    assert names_.index(WINO.name) < names_.index("ConvIgemmWrwTf32x3") < names_.index("GemmWrwUniversal")
     assert by_name(str(WINO.id)) is not None and WINO.algorithm == "winograd"
 
 
@@ -69,7 +70,7 @@ def test_config_and_program():
     assert {k: v for k, v in config.items() if k != "split_k"} == {
         k: v for k, v in DEFAULT_TILE.items() if k != "split_k"
     }
-    assert config["split_k"] == 4  # 8 tiles x 16 GEMMs x 4 = 512 blocks
+    assert config["split_k"] == 2  # 8 tiles x 16 GEMMs x 2 = 256 blocks: 1.5 per SM and more
     assert WINO.default_config(CTX, make((2, 32, 9, 9), 40))["bm"] == DEFAULT_NARROW["bm"]
     program = WINO.get_program(CTX, problem, config)
     assert names(program) == [
@@ -87,11 +88,11 @@ def test_config_and_program():
         256,
         1,
     )
-    assert gemm.spec.global_size[1:] == (4, POSITIONS) and gemm.args[4] == gemm.args[6] == Workspace()
+    assert gemm.spec.global_size[1:] == (2, POSITIONS) and gemm.args[4] == gemm.args[6] == Workspace()
     out = program.steps[-1]
     assert out.args[-1] == Tensor("w") and dict(out.spec.defines)["WG_OUT_NCHW"] == 1
-    assert dict(out.spec.defines)["WG_SPLIT"] == 4
-    assert program.workspace >= 4 * (16 * 1568 * 256 * 2 + 4 * 16 * 256 * 256)
+    assert dict(out.spec.defines)["WG_SPLIT"] == 2
+    assert program.workspace >= 4 * (16 * 1568 * 256 * 2 + 2 * 16 * 256 * 256)
     nhwc = WINO.get_program(CTX, make((32, 256, 14, 14), 256, "NHWC"), config)
     assert names(nhwc)[0] == "wino_in_f2x3" and dict(nhwc.steps[-1].spec.defines)["WG_OUT_NCHW"] == 0
     odd = make((2, 3, 9, 8), 5, "NHWC", pads=(0, 2))

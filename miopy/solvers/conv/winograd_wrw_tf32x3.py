@@ -53,10 +53,15 @@ from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import (
 from miopy.tensor import DataType, TensorDesc
 
 POSITIONS = 16  # (2 + 3 - 1)^2 transform positions: the batch of GEMMs
-BLOCKS_PER_CU = 4  # the default splits the reduction until the 16 GEMMs have this many blocks per SM
-# The tile of ConvIgemmWrwTf32x3's default (the fastest of 8 on 3x3 layers, scripts/bench_tf32x3_pad.py)
+# The defaults, from a sweep of 6 tiles x 3 splits on the ResNet-50 3x3 layers at batch 32 on an
+# H200 (scripts/bench_tf32x3_pad.py --cases wino, 2026-11-22, NCHW / NHWC us, errors checked):
+# 128 x 64 x 16 with 4 stages was fastest on 128x28², 256x14² and 512x7² with the split that
+# gives the 16 GEMMs about 2 blocks per SM (139.5 / 121.7, 117.0 / 101.9, 147.9 / 123.7 us),
+# twice that split cost 8-15 us; on 64x56² 64 x 64 x 32 with 4 stages and a split of 16
+# (200.8 / 170.9 us, against 248 / 219 us for 64 x 64 x 16 split in 64).
+BLOCKS_PER_CU = 1.5  # the default splits the reduction until the 16 GEMMs have this many blocks per SM
 DEFAULT_TILE = tile_config(128, 64, 16, 2, 2, 4)
-DEFAULT_NARROW = tile_config(64, 64, 16, 2, 2, 4)  # K4 <= 64
+DEFAULT_NARROW = tile_config(64, 64, 32, 2, 2, 4)  # K4 <= 64
 WRW = ConvIgemmWrwTf32x3()
 
 
@@ -120,7 +125,7 @@ class ConvWinogradWrwF2x3Tf32x3(Tf32x3Solver):
     def _split_for(self, ctx, gemm: ConvProblem, config: dict[str, int]) -> int:
         """The smallest split giving the 16 GEMMs BLOCKS_PER_CU blocks per multiprocessor, each
         slice keeping MIN_SLICE_TILES pipeline steps."""
-        want = BLOCKS_PER_CU * compute_units(ctx)
+        want = int(BLOCKS_PER_CU * compute_units(ctx))
         split = 1
         for s in DOMAIN["split_k"]:
             if j_tiles(gemm, config) < s * MIN_SLICE_TILES:
