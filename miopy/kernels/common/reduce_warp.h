@@ -1,16 +1,22 @@
 /* reduce_rows_warp: the additive reductions (add, avg, norm1, norm2; no indices) of contiguous
    runs, a run per team of RW_TEAM work items (a warp or part of one on CUDA, finished with
    shuffles). Each work item keeps RW_U 16-byte loads in flight with one partial sum per load slot
-   (more memory parallelism and shorter sums). Included after common/reduce.h (red_term,
-   red_finish, RED_KEPT_OFFSETS); the arguments are reduce_rows_vec's. */
+   (more memory parallelism and shorter sums); on CUDA the loads stay raw 16-byte words until all
+   are issued (4 registers a load, not VEC floats: occupancy). RW_OP compiles the op in (the
+   kernel's op argument is then ignored), else -1 takes it at run time. Included after
+   common/reduce.h (red_term, red_finish, RED_KEPT_OFFSETS); the arguments are reduce_rows_vec's. */
 #include "common/team_reduce.h"
 #include "common/vec.h"
+#include "common/raw16.h"
 
 #ifndef RW_TEAM
 #define RW_TEAM 32
 #endif
 #ifndef RW_U
 #define RW_U 8
+#endif
+#ifndef RW_OP
+#define RW_OP -1
 #endif
 #define RW_ROWS (RED_GROUP / RW_TEAM)
 
@@ -36,9 +42,33 @@ KERNEL void reduce_rows_warp(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         UNROLL
         for(int u = 0; u < RW_U; ++u)
             part[u] = 0.0f;
+        if(RW_OP >= 0)
+            op = RW_OP;
         if(live)
             for(i64 j0 = lane; j0 < nv; j0 += RW_U * RW_TEAM)
             {
+#ifndef __OPENCL_VERSION__
+                if(va)
+                {
+                    uint4 raw[RW_U];
+                    UNROLL
+                    for(int u = 0; u < RW_U; ++u)
+                    {
+                        const i64 j = j0 + u * RW_TEAM;
+                        raw[u] = j < nv ? vec_ld16(x + xb + j * VEC) : make_uint4(0u, 0u, 0u, 0u);
+                    }
+                    UNROLL
+                    for(int u = 0; u < RW_U; ++u)
+                    {
+                        float f[VEC];
+                        raw16_unpack(raw[u], f); /* zero words: 0 terms for every additive op */
+                        UNROLL
+                        for(int e = 0; e < VEC; ++e)
+                            part[u] += red_term(f[e], op);
+                    }
+                    continue;
+                }
+#endif
                 float v[RW_U][VEC];
                 UNROLL
                 for(int u = 0; u < RW_U; ++u)

@@ -260,7 +260,9 @@ class ReduceRowsVec(ReduceRows):
             return why
         vec = _vec(problem)
         keep = [a for a in range(len(problem.x.lens)) if a not in problem.dims]
-        if rows_length(problem) % vec or any(problem.x.strides[a] % vec for a in keep):
+        if rows_length(problem) % vec or any(
+            problem.x.strides[a] % vec for a in keep if problem.x.lens[a] > 1
+        ):
             return f"the runs or the kept strides are not multiples of {vec} elements"
         return None
 
@@ -318,6 +320,7 @@ class ReduceRowsWarp(ReduceRowsVec):
         team = self._team(problem)
         groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
         defines = {"MIOPY_DTYPE": problem.dtype.code, "RW_TEAM": team, "RW_U": self.LOADS}
+        defines["RW_OP"] = int(problem.op)
         spec = KernelSpec("reduce", "reduce_rows_warp", defines, (groups * GROUP,), (GROUP,))
         args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
         return Program((Launch(spec, args),))
