@@ -1,7 +1,8 @@
 """Group norm forward in one pass over channels-last data (kernel gn_nhwc_fwd of
-kernels/common/gn_nhwc.h): one work-group per (n, group), the group's H*W pixels of cg contiguous
-channels held in registers, so x is read once and y written once. GPU devices (CPU OpenCL has its
-own channels-last kernels)."""
+kernels/common/gn_nhwc.h): one work-group per gpb neighbouring groups of an image (so that a
+pixel's read is up to 64 contiguous bytes), their H*W pixels of cg contiguous channels held in
+registers, so x is read once and y written once. GPU devices (CPU OpenCL has its own
+channels-last kernels)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ LOCAL_MOST = 1024  # work items per group of the data (CUDA)
 RAW_REGS = 32  # 32-bit registers per work item that may hold the group (CUDA)
 OPENCL_LOCAL_MOST = 256  # OpenCL (GPU-shaped on PoCL in the tests): scalar access
 OPENCL_PER_MOST = 64
+PIXEL_BYTES = 64  # contiguous bytes a pixel worth reading at once (a DRAM access)
 
 
-def gn_nhwc_shape(ctx, problem) -> tuple[int, int, int, int] | str:
-    """(cg, vw, local, per) of the one-pass channels-last group norm, or why it does not apply."""
+def gn_nhwc_shape(ctx, problem) -> tuple[int, int, int, int, int] | str:
+    """(cg, vw, local, per, gpb) of the one-pass channels-last group norm (gpb groups per
+    work-group), or why it does not apply."""
     if getattr(problem, "primitive", None) != "groupnorm":
         return "not a group norm"
     if cpu_kernels(ctx):
@@ -32,20 +35,37 @@ def gn_nhwc_shape(ctx, problem) -> tuple[int, int, int, int] | str:
         return "x is not channels-last (NHWC) packed"
     if problem.x.element_count >= 2**31:
         return "2^31 elements or more"
-    cg = problem.x.lens[1] // problem.num_groups
-    hw = math.prod(problem.x.lens[2:])
     cuda = getattr(ctx, "backend_name", None) == "cuda"
-    step = VEC_BYTES // problem.x.dtype.itemsize
+    item = problem.x.dtype.itemsize
+    g = problem.num_groups
+    cg = problem.x.lens[1] // g
+    hw = math.prod(problem.x.lens[2:])
+    step = VEC_BYTES // item
     vw = step if cuda and cg % step == 0 else 1  # (norm.h's raw vectors are CUDA's)
-    vectors = cg * hw // vw
+    vpp = cg // vw
     most = LOCAL_MOST if cuda else OPENCL_LOCAL_MOST
-    local = min(most, max(32, 1 << max(0, (vectors - 1).bit_length())))
-    per = -(-vectors // local)
-    if cuda and per * (4 if vw > 1 else 1) > RAW_REGS:
+    regs = 4 if vw > 1 else 1
+    best = None
+    gpb = 1
+    while True:  # more groups a work-group: longer contiguous reads a pixel, more registers
+        span = vpp * gpb
+        unit = math.lcm(32, span)
+        vectors = hw * span
+        local = unit
+        while local * 2 <= most and local < vectors:
+            local *= 2
+        per = -(-vectors // local)
+        fits = per * regs <= RAW_REGS if cuda else per <= OPENCL_PER_MOST
+        if local > most or not fits:
+            break
+        best = (cg, vw, local, per, gpb)
+        pow2 = vpp & (vpp - 1) == 0
+        if not pow2 or g % (2 * gpb) or 2 * span > 32 or span * vw * item >= PIXEL_BYTES:
+            break
+        gpb *= 2
+    if best is None:
         return f"groups of {cg * hw} elements do not fit the registers"
-    if not cuda and per > OPENCL_PER_MOST:
-        return f"groups of {cg * hw} elements are too long for one work-group"
-    return cg, vw, local, per
+    return best
 
 
 class GroupNormFwdNhwc(Solver):
@@ -62,11 +82,11 @@ class GroupNormFwdNhwc(Solver):
         return shape if isinstance(shape, str) else None
 
     def get_program(self, ctx, problem, config=None) -> Program:
-        cg, vw, local, per = gn_nhwc_shape(ctx, problem)
+        cg, vw, local, per, gpb = gn_nhwc_shape(ctx, problem)
         n, c = problem.x.lens[:2]
         g = problem.num_groups
         hw = math.prod(problem.x.lens[2:])
-        rows = n * g
+        blocks = n * g // gpb
         defines = {
             "MIOPY_DTYPE": problem.x.dtype.code,
             "NORM_PTYPE": problem.param_dtype.code,
@@ -74,12 +94,14 @@ class GroupNormFwdNhwc(Solver):
             "NORM_ONLY": KERNEL_IDS["gn_rows_fwd"],  # gn_nhwc_fwd uses that kernel's helpers
             "GN_LOCAL": local,
             "GN_PER": per,
+            "GN_GPB": gpb,
+            "GN_VPP": cg // vw,
         }
-        spec = KernelSpec("norm", "gn_nhwc_fwd", defines, (min(rows, MAX_GROUPS) * local,), (local,))
+        spec = KernelSpec("norm", "gn_nhwc_fwd", defines, (min(blocks, MAX_GROUPS) * local,), (local,))
         affine = np.int32(1 if problem.affine else 0)
         w = Tensor("weight") if problem.affine else Tensor("x")
         b = Tensor("bias") if problem.affine else Tensor("x")
-        args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(rows))
+        args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(blocks))
         args += (np.int32(g), np.int32(cg), np.int32(hw), np.int32(c))
         args += (Scalar("epsilon", "float32", problem.epsilon), affine)
         return Program((Launch(spec, args),))
