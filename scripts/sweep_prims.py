@@ -28,29 +28,32 @@ def line(tag: str, row: dict) -> None:
 
 
 def main() -> None:
-    handle = Handle("cuda")
-    for au in (2, 4, 8):
-        for per_cu in (4, 8):
-            bn_program.APPLY_VECTORS, bn_program.BLOCKS_PER_CU = au, per_cu
-            line(f"bn T fp16 NHWC 64x112 au{au} cu{per_cu}", norms.bn_case(handle, "fp16", 64, 112, "T"))
+    # a fresh Handle for every setting: a handle keeps the invoker it built for a problem and solver
+    for au, per_cu in ((4, 4), (2, 4), (8, 4), (4, 2), (4, 8)):
+        bn_program.APPLY_VECTORS, bn_program.BLOCKS_PER_CU = au, per_cu
+        row = norms.bn_case(Handle("cuda"), "fp16", 64, 112, "T")
+        line(f"bn T fp16 NHWC 64x112 au{au} cu{per_cu}", row)
     bn_program.APPLY_VECTORS, bn_program.BLOCKS_PER_CU = 4, 4
-    line("bn T fp16 NHWC 256x56", norms.bn_case(handle, "fp16", 256, 56, "T"))
+    line("bn I fp16 NHWC 64x112 au4", norms.bn_case(Handle("cuda"), "fp16", 64, 112, "I"))
+    bn_program.APPLY_VECTORS = 2
+    line("bn I fp16 NHWC 64x112 au2", norms.bn_case(Handle("cuda"), "fp16", 64, 112, "I"))
+    bn_program.APPLY_VECTORS = 4
     shape = softmax_direct.warp_shape
     for dtype in ("fp16", "fp32"):
-        for team in (8, 16, 32):
+        for team in (16, 32):
 
             def fixed(length: int, vec: int, team: int = team) -> tuple[int, int]:
                 chunks = -(-length // vec)
                 return team, -(-chunks // team)
 
             softmax_direct.warp_shape = fixed
-            line(f"softmax fwd {dtype} team{team}", misc_prims.softmax_cases(handle, dtype)[0])
+            line(f"softmax fwd {dtype} team{team}", misc_prims.softmax_cases(Handle("cuda"), dtype)[0])
     softmax_direct.warp_shape = shape
+    misc_prims.quick = True
     for loads in (4, 8, 16):
         reduce_direct.ReduceRowsWarp.LOADS = loads
-        for dtype in ("fp32", "fp16"):
-            rows = misc_prims.reduce_cases(handle, dtype)
-            for r in rows:
+        for dtype in ("fp16", "fp32"):
+            for r in misc_prims.reduce_cases(Handle("cuda"), dtype):
                 line(f"{r['case'][:28]} {dtype} loads{loads}", r)
 
 
