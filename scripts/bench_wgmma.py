@@ -68,9 +68,9 @@ def diagnose(handle) -> None:
         w = (torch.randn(k, c, f, f, device="cuda") / (c * f * f) ** 0.5).half()
         w = w.to(memory_format=torch.channels_last)
         ref = F.conv2d(x, w, padding=pad).float()
-        for bm in (64, 128, 256):
+        for bm, ws in [(b, w) for b in (64, 128, 256) for w in (0, 1)]:
             for bn in (64, 128, 256):
-                config = wg_config(bm, bn, 3)
+                config = wg_config(bm, bn, 3, ws=ws)
                 if not SOLVER.is_valid_config(handle, problem, config):
                     continue
                 y = torch.full_like(ref, float("nan")).half().to(memory_format=torch.channels_last)
@@ -114,8 +114,8 @@ def diagnose_bwd(handle) -> None:
             dy, x0, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, [True, False, False]
         )[0].float()
         for solver in (ConvWgmmaBwdNhwc(),):
-            for bm, bn in ((64, 64), (128, 128), (128, 256), (256, 128)):
-                config = wg_config(bm, bn, 3)
+            for bm, bn, ws in [(64, 64, 0), (128, 128, 0), (128, 256, 1), (256, 128, 1), (64, 128, 1)]:
+                config = wg_config(bm, bn, 3, ws=ws)
                 if not solver.is_valid_config(handle, problem, config):
                     continue
                 dx = torch.full_like(x0, float("nan"))
@@ -131,7 +131,7 @@ def diagnose_bwd(handle) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--configs", default="all", choices=["all", "default"])
+    ap.add_argument("--configs", default="all", choices=["all", "wide", "default"])
     ap.add_argument("--layers", default="0,1,2,3")
     ap.add_argument("--json", default="")
     ap.add_argument("--no-diag", action="store_true")
@@ -159,8 +159,11 @@ def main() -> int:
             problem = problem_of(dtype, BATCH, c, hw, k, 3, 1)
             flops = 2.0 * BATCH * hw * hw * k * c * 9
             configs = [SOLVER.default_config(handle, problem)]
-            if args.configs == "all":
-                configs += [cfg for cfg in SOLVER.search_space(handle, problem) if cfg not in configs]
+            if args.configs != "default":
+                space = SOLVER.search_space(handle, problem)
+                if args.configs == "wide":  # 128- and 256-row blocks of the default's width
+                    space = [c for c in space if c["bm"] >= 128 and c["bn"] == configs[0]["bn"]]
+                configs += [cfg for cfg in space if cfg not in configs]
             sols = compile_all(handle, [make_solution(handle, problem, SOLVER, cfg) for cfg in configs])
             be = handle.backend
             wb, xb, yb = be.wrap(w), [be.wrap(x) for x in xs], [be.wrap(y) for y in ys]

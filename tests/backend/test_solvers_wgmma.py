@@ -78,8 +78,8 @@ def test_search_space_and_default(problem):
 
 def test_default_config_follows_the_problem():
     l3, l6, l9, l12 = (SOLVER.default_config(CTX, p) for p in RESNET)
-    assert l3 == wg_config(128, 64, 4) and l6 == wg_config(256, 128, 4)
-    assert l9 == wg_config(128, 128, 6)  # 256 x 128 would fill fewer than half of the SMs
+    assert l3 == wg_config(128, 64, 4) and l6 == wg_config(256, 128, 4, ws=1)
+    assert l9 == wg_config(128, 128, 6, ws=1)  # 256 x 128 would fill fewer than half of the SMs
     assert l3["split_k"] == 1 and l6["split_k"] == 1
     # 7x7 images: fewer tiles than SMs, so the reduction is split in a cluster
     assert l12["split_k"] > 1 and cluster_split(CTX, l12)
@@ -128,6 +128,18 @@ def test_launch_geometry():
     assert (d["IG_C"], d["IG_K"], d["IG_R"], d["IG_PH"]) == (128, 128, 3, 1)
     assert "IG_BM" not in d  # the kernel derives its m16n8 view itself
     assert program.workspace == 0
+
+
+def test_warp_specialized_geometry():
+    problem = RESNET[1]
+    config = wg_config(256, 128, 4, ws=1)
+    assert SOLVER.is_valid_config(CTX, problem, config)
+    (launch,) = SOLVER.get_program(CTX, problem, config).steps
+    assert launch.spec.local_size == (640, 1) and dict(launch.spec.defines)["WG_WS"] == 1
+    assert launch.spec.global_size == (98 * 640, 1)
+    assert launch.shared_mem == 4 * (256 + 128) * 128 + 16 * 4 + 1024  # ring, mbarriers, slack
+    assert not SOLVER.is_valid_config(CTX, problem, wg_config(256, 128, 4, split_k=2, ws=1))
+    assert any(c["ws"] for c in SOLVER.search_space(CTX, problem))
 
 
 def test_cluster_split_geometry():
@@ -196,7 +208,8 @@ def test_sample_of_configs_compiles_for_sm90a():
     rng = np.random.default_rng(7)
     for problem in (RESNET[3], ODD):
         configs = support.config_spread(SOLVER, CTX, problem, rng)
-        configs += [wg_config(bm, bn, 3) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"]]
+        tiles = [(bm, bn) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"]]
+        configs += [wg_config(bm, bn, 3, ws=ws) for bm, bn in tiles for ws in (0, 1)]
         configs = [c for c in configs if SOLVER.is_valid_config(CTX, problem, c)]
         support.assert_builds_for_sm90(SOLVER, CTX, problem, configs, "wgmma_fwd")
     problem = make("fp16", (2, 24, 9, 11), (40, 24, 3, 3), "B", pads=(1, 1))
@@ -254,11 +267,12 @@ def test_wgmma_every_tile_and_a_search_sample(handle):
     N and the reduction."""
     problem = make("fp16", (3, 40, 13, 15), (136, 40, 3, 3), pads=(1, 2), strides=(1, 2), dilations=(2, 1))
     rng = np.random.default_rng(53)
-    configs = [wg_config(bm, bn, s) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"] for s in (3, 5)]
+    tiles = [(bm, bn) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"]]
+    configs = [wg_config(bm, bn, s, ws=ws) for bm, bn in tiles for s in (3, 5) for ws in (0, 1)]
     space = list(SOLVER.search_space(handle, problem))
     configs += [space[i] for i in rng.choice(len(space), 6, replace=False)]
     configs = [c for c in configs if SOLVER.is_valid_config(handle, problem, c)]
-    assert len(configs) >= 12
+    assert len(configs) >= 24
     for config in configs:
         check(handle, problem, rng, config)
 
@@ -318,6 +332,7 @@ def test_wgmma_bwd_random_problems(handle, dtype):
     problem = make(dtype, (3, 136, 13, 15), (40, 136, 3, 3), "B", pads=(1, 2), dilations=(2, 1))
     for bm in DOMAIN["bm"]:
         for bn in DOMAIN["bn"]:
-            if BWD.is_valid_config(handle, problem, wg_config(bm, bn, 4)):
-                support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4))
+            for ws in DOMAIN["ws"]:
+                if BWD.is_valid_config(handle, problem, wg_config(bm, bn, 4, ws=ws)):
+                    support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4, ws=ws))
     support.check_solver(handle, BWD, problem, rng, wg_config(128, 128, 4, 3))

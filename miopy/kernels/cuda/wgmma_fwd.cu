@@ -35,6 +35,10 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_B_MN=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_B_MN=1 -DWG_BM=64 -DWG_BN=64 -DWG_STAGES=3 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_PH=-1 -DIG_PW=-1 -DIG_DH=-1 -DIG_DW=-1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=5
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=64 -DWG_BN=256 -DWG_STAGES=3 -DWG_B_MN=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -50,6 +54,9 @@
 #ifndef WG_B_MN
 #define WG_B_MN 0 /* 1: backward data, B read N-major from the filter as it lies */
 #endif
+#ifndef WG_WS
+#define WG_WS 0 /* 1: a producer warpgroup loads, the others only multiply (mbarriers) */
+#endif
 /* The m16n8 view of the wgmma tiling for common/igemm_defines.h and the epilogues: a column of
    WG_BM / 16 warps, each a 16 x WG_BN warp tile, k-tiles of 64. */
 #define IG_BM WG_BM
@@ -64,14 +71,25 @@
 
 #define WG_M (IG_N * IG_P * IG_Q)
 #define WG_KD (IG_R * IG_S * IG_C)
-#define WG_ROW_STEP (IG_THREADS / 8)          /* tile rows one pass of the block copies */
-#define WG_A_ITERS (WG_BM / WG_ROW_STEP)      /* 4 */
+#if WG_WS
+#define WG_THREADS (IG_THREADS + 128) /* the consumers and one producer warpgroup (warps 0-3) */
+#define WG_LOADERS 128
+#define WG_LAG (WG_STAGES - 2) /* k-tiles of copies in flight before the producer signals one */
+#else
+#define WG_THREADS IG_THREADS
+#define WG_LOADERS IG_THREADS
+#endif
+#define WG_ROW_STEP (WG_LOADERS / 8)          /* tile rows one pass of the loaders copies */
+#define WG_A_ITERS (WG_BM / WG_ROW_STEP)
 #define WG_B_ITERS (WG_BN / WG_ROW_STEP)
 #define WG_A_BYTES (WG_BM * 128)
 #define WG_STAGE_BYTES ((WG_BM + WG_BN) * 128)
 #define WG_TILES_N ((IG_K + WG_BN - 1) / WG_BN)
 #define WG_KT ((WG_KD + 63) / 64)
 #define WG_ACC (WG_BN / 2) /* fp32 accumulators per thread */
+#define WG_EPI_BYTES (WG_BM * (WG_BN + 8) * 2 + WG_BM * 4)
+#define WG_RING_OR_EPI_BYTES \
+    (WG_STAGES * WG_STAGE_BYTES > WG_EPI_BYTES ? WG_STAGES * WG_STAGE_BYTES : WG_EPI_BYTES)
 #define WG_B_RC (WG_BN / 8)   /* 16-byte chunks per row of an N-major B tile */
 
 static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 256, "one, two or four warpgroups of 64 rows");
@@ -85,7 +103,30 @@ static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
 #define WG_CLUSTER_DIMS
 #endif
 
-KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
+#if WG_WS && IG_SPLIT_K > 1
+#error "the warp-specialized kernel does not split the reduction"
+#endif
+
+DEVICE_FN void mbar_init(u32 addr, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+/* Arrives (release, CTA scope) on the mbarrier at `addr`. */
+DEVICE_FN void mbar_arrive(u32 addr)
+{
+    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+/* Waits (acquire) until the phase of parity `parity` of the mbarrier at `addr` has completed. */
+DEVICE_FN void mbar_wait(u32 addr, u32 parity)
+{
+    asm volatile("{\n.reg .pred done;\nWG_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WG_WAIT;\n}\n" ::"r"(addr),
+                 "r"(parity)
+                 : "memory");
+}
+
+KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     wgmma_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws)
 {
     /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
@@ -149,7 +190,7 @@ KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
 #pragma unroll
         for(int i = 0; i < WG_B_ITERS; ++i)
         {
-            const int e = tid + i * IG_THREADS;
+            const int e = tid + i * WG_LOADERS;
             const int row = e / WG_B_RC;
             const int ch = e - row * WG_B_RC;
             const int j = (kt0 + t) * 64 + row;
@@ -176,6 +217,111 @@ KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
 #pragma unroll
     for(int i = 0; i < WG_ACC; ++i)
         acc[i] = 0.0f;
+#if WG_WS
+    /* ---- warp-specialized: full[s] (the producer's 128 threads arrive once a stage's copies
+       are in) and empty[s] (every consumer thread arrives once its MMAs reading it are done)
+       after the ring and the epilogue tile ---- */
+    const u32 bars = base + WG_RING_OR_EPI_BYTES;
+    if(tid == 0)
+    {
+        for(int s = 0; s < WG_STAGES; ++s)
+        {
+            mbar_init(bars + 8 * s, WG_LOADERS);
+            mbar_init(bars + 8 * (WG_STAGES + s), IG_THREADS);
+        }
+    }
+    __syncthreads();
+    if(warp < 4)
+    {
+        /* producer: tile t into stage t % WG_STAGES once the consumers freed it; stage
+           t - WG_LAG signalled full once this thread's copies of it have landed */
+        int stage = 0;
+        u32 round = 0;
+        for(int t = 0; t < nkt; ++t)
+        {
+            if(t >= WG_STAGES)
+                mbar_wait(bars + 8 * (WG_STAGES + stage), (round - 1) & 1);
+            load_tile(base + stage * WG_STAGE_BYTES, t);
+            cp_async_commit();
+            if(t >= WG_LAG)
+            {
+                cp_async_wait<WG_LAG>();
+                fence_proxy_async();
+                mbar_arrive(bars + 8 * ((t - WG_LAG) % WG_STAGES));
+            }
+            if(++stage == WG_STAGES)
+                stage = 0, ++round;
+        }
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for(int t = nkt > WG_LAG ? nkt - WG_LAG : 0; t < nkt; ++t)
+            mbar_arrive(bars + 8 * (t % WG_STAGES));
+    }
+    else
+    {
+        /* consumers: warpgroup warp / 4 - 1 owns 64 rows */
+        const u32 a_rows = (u32)(((warp >> 2) - 1) * 64 * 128);
+        int stage = 0;
+        u32 round = 0;
+        for(int t = 0; t < nkt; ++t)
+        {
+            mbar_wait(bars + 8 * stage, round & 1);
+            const u32 st = base + stage * WG_STAGE_BYTES;
+            const u64 da = wgmma_desc(st + a_rows);
+            wgmma_fence();
+#if WG_B_MN
+            const u64 db = wgmma_desc_mn(st + WG_A_BYTES);
+#pragma unroll
+            for(int ks = 0; ks < 4; ++ks)
+                wgmma_n<WG_BN, 1>(acc, da + 2 * ks, db + 128 * ks);
+#else
+            const u64 db = wgmma_desc(st + WG_A_BYTES);
+#pragma unroll
+            for(int ks = 0; ks < 4; ++ks)
+                wgmma_n<WG_BN, 0>(acc, da + 2 * ks, db + 2 * ks);
+#endif
+            wgmma_commit();
+            wgmma_wait<1>(); /* tile t - 1's MMAs are done: its stage is free */
+            wgmma_fence_regs(acc);
+            if(t > 0)
+                mbar_arrive(bars + 8 * (WG_STAGES + (stage == 0 ? WG_STAGES - 1 : stage - 1)));
+            if(++stage == WG_STAGES)
+                stage = 0, ++round;
+        }
+        wgmma_wait<0>();
+        wgmma_fence_regs(acc);
+    }
+    __syncthreads(); /* every copy landed, every MMA done: the ring is free for the epilogue */
+
+    /* ---- epilogue: the consumers' fragments rounded into shared memory, then every thread
+       stores 16-byte row chunks ---- */
+    {
+        constexpr int PITCH = WG_BN + 8;
+        u32* ctile = reinterpret_cast<u32*>(smem);
+        if(warp >= 4)
+        {
+            const int row = (warp - 4) * 16 + (lane >> 2);
+#pragma unroll
+            for(int j = 0; j < IG_NI; ++j)
+            {
+                const int cc = j * 8 + (lane & 3) * 2;
+                ctile[(row * PITCH + cc) / 2] = pack2(acc[4 * j], acc[4 * j + 1]);
+                ctile[((row + 8) * PITCH + cc) / 2] = pack2(acc[4 * j + 2], acc[4 * j + 3]);
+            }
+        }
+        __syncthreads();
+        constexpr int RC = WG_BN / 8;
+        for(int e = tid; e < WG_BM * RC; e += WG_THREADS)
+        {
+            const int row = e / RC;
+            const int ch = e - row * RC;
+            const int m = m0 + row;
+            const int k = n0 + ch * 8;
+            if(m < WG_M && k < IG_K)
+                *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = smem[(row * PITCH) / 8 + ch];
+        }
+    }
+#else
     /* this warpgroup's 64 rows of A */
     const u32 a_rows = (u32)((warp >> 2) * 64 * 128);
 
@@ -233,6 +379,7 @@ KERNEL void __launch_bounds__(IG_THREADS, 1) WG_CLUSTER_DIMS
     store_tile<WG_BM, WG_BN, IG_THREADS, 1, IG_NI, (IG_SPLIT_K > 1)>(smem, frag, wm0, 0, lane, tid, IG_K - n0, y,
                                                                    part, row_off);
 #endif
+#endif /* WG_WS */
 }
 
 /* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */

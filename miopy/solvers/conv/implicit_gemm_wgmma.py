@@ -41,6 +41,7 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "bn": (64, 128, 256),  # GEMM columns per block: the wgmma's N
     "stages": (3, 4, 5, 6, 7, 8),  # k-tiles of 64 in the shared-memory ring
     "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction
+    "ws": (0, 1),  # 1: one more warpgroup loads, signalling stages through mbarriers (no split)
 }
 FIELDS = tuple(DOMAIN)
 MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
@@ -50,13 +51,14 @@ MIN_SLICE_TILES = 6  # k-tiles of each slice of a split reduction, at least
 SEARCH_STAGES = (3, 4, 5, 6)
 
 
-def wg_config(bm: int, bn: int, stages: int, split_k: int = 1) -> dict[str, int]:
-    return {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k}
+def wg_config(bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0) -> dict[str, int]:
+    return {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k, "ws": ws}
 
 
 def threads(config: dict[str, int]) -> int:
-    """128 threads (one warpgroup) per 64 rows of the block tile."""
-    return config["bm"] * 2
+    """128 threads (one warpgroup) per 64 rows of the block tile, and one more warpgroup (the
+    producer) with ``ws``."""
+    return (config["bm"] // 64 + config["ws"]) * 128
 
 
 def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
@@ -67,11 +69,12 @@ def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
 
 def smem_bytes(config: dict[str, int]) -> int:
     """The ring of ``stages`` k-tiles of A and B (128 bytes per tile row), or the epilogue's
-    rounded tile (rows of bn + 8 elements and one int per row) where larger, plus the alignment
-    slack."""
+    rounded tile (rows of bn + 8 elements and one int per row) where larger, the mbarriers of
+    ``ws``, plus the alignment slack."""
     ring = config["stages"] * (config["bm"] + config["bn"]) * 128
     epilogue = config["bm"] * (config["bn"] + 8) * 2 + config["bm"] * 4
-    return max(ring, epilogue) + ALIGN_SLACK
+    barriers = 16 * config["stages"] if config["ws"] else 0  # a full and an empty mbarrier per stage
+    return max(ring, epilogue) + barriers + ALIGN_SLACK
 
 
 def blocks_per_sm(ctx, config: dict[str, int]) -> int:
@@ -114,6 +117,7 @@ def specs_of(defines: dict[str, Any], config: dict[str, int], tiles: int, output
         "WG_BN": config["bn"],
         "WG_STAGES": config["stages"],
         "IG_SPLIT_K": config["split_k"],
+        "WG_WS": config["ws"],
     }
     local = threads(config)
     split = config["split_k"]
@@ -160,8 +164,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             return False
         if config["split_k"] > self.k_tiles(problem, config):
             return False
+        if config["ws"] and config["split_k"] > 1:
+            return False  # the warp-specialized kernel does not split
         if config["bm"] * config["bn"] > MAX_BLOCK_OUTPUTS:
-            return False  # 512 threads get at most 128 registers: 64 x 128 per warpgroup at most
+            return False  # 256 accumulators per thread would not fit
         info = getattr(ctx, "info", None)
         if info is not None and threads(config) > info.max_work_group_size:
             return False
@@ -193,6 +199,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         while config["stages"] > 3 and self.launch_smem(ctx, config) > smem_limit(ctx):
             config["stages"] -= 1
         config["split_k"] = self._default_split(ctx, problem, config)
+        if k > 64 and config["split_k"] == 1 and self.is_valid_config(ctx, problem, {**config, "ws": 1}):
+            config["ws"] = 1  # a producer warpgroup: the consumers never wait at a block barrier
         if not self.is_valid_config(ctx, problem, config):
             config = wg_config(64, 64, 3)
         return config
@@ -238,9 +246,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                     or self.k_tiles(problem, base) < split * MIN_SLICE_TILES
                 ):
                     continue
-                config = {**base, "split_k": split}
-                if self.is_valid_config(ctx, problem, config):
-                    out.append(config)
+                for ws in DOMAIN["ws"]:
+                    config = {**base, "split_k": split, "ws": ws}
+                    if self.is_valid_config(ctx, problem, config):
+                        out.append(config)
         return out or [self.default_config(ctx, problem)]
 
 
