@@ -60,7 +60,7 @@ import numpy as np
 import miopy
 from miopy.engine import find
 from miopy.tool import workload
-spec, batch, mode, count, warm_runs, spawned = sys.argv[1:7]
+spec, batch, mode, count, warm_runs, spawned, profile = sys.argv[1:8]
 problems = workload.load(spec, [int(batch)]).problems
 if count != "all":
     problems = [p for p in problems if p.primitive == "conv"][: int(count)]
@@ -120,7 +120,18 @@ def iteration(report):
                               "compiled": h.kernel_cache.misses}), flush=True)
     h.backend.synchronize()
 
+if profile != "-":  # the first iteration under cProfile (slower: figures of such a run are no measure)
+    import cProfile, io, pstats
+    profiler = cProfile.Profile()
+    profiler.enable()
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
+if profile != "-":
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(70)
+    open(profile, "w").write(text.getvalue())
 to_first = time.time() - float(spawned)  # the parent's clock: interpreter start included
 handle_to_first = time.perf_counter() - t_handle
 compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
@@ -238,7 +249,9 @@ VARIANTS = {
 }
 
 
-def _once(args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Path, variant: tuple) -> dict:
+def _once(
+    args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Path, variant: tuple, profile="-"
+) -> dict:
     _, _, warm_up, again = variant
     pocl = run_dir.parent / "last-pocl" if again else None
     cmd = [sys.executable, "-c", CHILD, spec, args.batch, mode, count, str(args.warm)]
@@ -247,7 +260,7 @@ def _once(args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Pat
     t = time.perf_counter()
     try:
         done = subprocess.run(
-            [*cmd, repr(time.time())], env=env, capture_output=True, text=True, timeout=args.time_cap
+            [*cmd, repr(time.time()), profile], env=env, capture_output=True, text=True, timeout=args.time_cap
         )
         out, err, code = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
@@ -358,6 +371,12 @@ def main() -> int:
     ap.add_argument("--kdb", type=Path, help="use this package instead of building one")
     ap.add_argument("--time-cap", type=float, help="seconds per process; a case stopped reports its progress")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        help="also run the whole set once more with the package under cProfile and write the "
+        "first iteration's profile here (that run is part of no figure)",
+    )
     args = ap.parse_args()
     spec = WORKLOADS.get(args.workload, args.workload)
     if args.image != 224:
@@ -405,6 +424,12 @@ def main() -> int:
                     r |= {"case": label, "mode": mode, "variant": variant[0], "kdb": variant[1] is not False}
                     results.append(r)
                     print(_line(r), flush=True)
+        if args.profile is not None:
+            run_dir = tmp / "profiled"
+            run_dir.mkdir()
+            out = str(args.profile.resolve())
+            r = _once(args, spec, "all", "immediate", kdb, run_dir, VARIANTS["kdb"], out)
+            print(f"profile of a first iteration with the package ({r['status']}): {args.profile}")
     if args.json:
         args.json.write_text(json.dumps({"spec": spec, "manifest": manifest, "results": results}, indent=2))
     return 0

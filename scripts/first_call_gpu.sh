@@ -20,7 +20,9 @@
 #   LD_LIBRARY_PATH=/tmp/nv130/nvidia/cu13/lib LD_PRELOAD=/tmp/nv130/nvidia/cu13/lib/libnvrtc.so.13 \
 #     PYTHONPATH=/tmp/nv130:$PWD python -m miopy kernels build resnet50 --batch 32 --arch sm_90 \
 #     --cu 132 -o dist/kdb
-# FIRST_CALL_BUDGET: seconds for the whole script (default 300); FIRST_CALL_FIND=1 adds find mode.
+# FIRST_CALL_BUDGET: seconds for the whole script (default 300); FIRST_CALL_FIND=1 adds find mode;
+# FIRST_CALL_TESTS=1 first runs tests/backend/test_cuda_fastpath.py (cuBLASLt solvers, prepared calls).
+# A cProfile of one more first iteration with the package goes to first_iteration_profile.txt.
 # Every benchmark process has a time cap; a stopped one reports how far it got.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,6 +46,14 @@ left() { echo $((budget - SECONDS)); }
 echo "== environment"
 nvidia-smi -L 2>/dev/null || true
 python3 -m miopy info 2>&1 | sed -n '1,12p'
+
+tests=skipped
+if [ "${FIRST_CALL_TESTS:-0}" = 1 ]; then
+    echo
+    echo "== GPU tests: tests/backend/test_cuda_fastpath.py"
+    timeout 120 python3 -m pytest tests/backend/test_cuda_fastpath.py -q -x -p no:cacheprovider 2>&1 | tail -4
+    tests=$?
+fi
 
 echo
 echo "== a package built here for the live device (16 jobs)"
@@ -105,7 +115,7 @@ cap=60
 timeout --kill-after=10 $(($(left) - 60)) python3 benchmarks/first_call.py --backend cuda \
     --workload resnet50-iter --batch 32 --kdb "$use" --modes immediate --cases conv,iter \
     --variants none,kdb,kdb-warm-up,kdb-no-choices --repeat "$repeat" --time-cap "$cap" \
-    --json "$json_dir/first_call_immediate.json"
+    --json "$json_dir/first_call_immediate.json" --profile "$json_dir/first_iteration_profile.txt"
 immediate=$?
 
 echo
@@ -131,6 +141,6 @@ if [ "${FIRST_CALL_FIND:-0}" = 1 ] && [ "$(left)" -gt 40 ]; then
 fi
 
 echo
-echo "== summary: carried package $carried_ok ($carried_run); wheel $wheel; immediate exit $immediate;" \
-    "find $find; ${SECONDS} s of ${budget}"
+echo "== summary: tests $tests; carried package $carried_ok ($carried_run); wheel $wheel;" \
+    "immediate exit $immediate; find $find; ${SECONDS} s of ${budget}"
 [ "$immediate" = 0 ] && [ "$wheel" = ok ]
