@@ -51,8 +51,8 @@ tests=skipped
 if [ "${FIRST_CALL_TESTS:-0}" = 1 ]; then
     echo
     echo "== GPU tests: tests/backend/test_cuda_fastpath.py"
-    timeout 120 python3 -m pytest tests/backend/test_cuda_fastpath.py -q -x -p no:cacheprovider 2>&1 | tail -4
-    tests=$?
+    timeout 120 python3 -m pytest tests/backend/test_cuda_fastpath.py -q -x -p no:cacheprovider 2>&1 | tail -6
+    tests=${PIPESTATUS[0]}
 fi
 
 echo
