@@ -42,6 +42,21 @@ def expand_includes(source: str, seen: set[str] | None = None) -> str:
     return _INCLUDE.sub(paste, source)
 
 
+# kernel path -> (stamps of it and its headers, those paths, source, hash): see read_source
+_SOURCES: dict[Path, tuple[tuple, tuple[Path, ...], str, str]] = {}
+
+
+def _stamps(paths: tuple[Path, ...]) -> tuple:
+    out = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            return ()  # gone: read again (and fail there as before)
+        out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     name: str
@@ -225,6 +240,17 @@ class Backend(abc.ABC):
         return KERNEL_ROOT / self.kernel_dir / (file + self.kernel_ext)
 
     def read_source(self, file: str) -> tuple[str, str]:
-        """(source, sha256 of the source with every header it includes, recursively)."""
-        source = self.kernel_path(file).read_text()
-        return source, hashlib.sha256(expand_includes(source).encode()).hexdigest()
+        """(source, sha256 of the source with every header it includes, recursively). Kept per
+        file while neither it nor any header it pastes changes size or modification time: a
+        network's kernels share a few sources (the first iteration of a fresh process read and
+        hashed the same files again for each of its 85 kernels)."""
+        path = self.kernel_path(file)
+        kept = _SOURCES.get(path)
+        if kept is not None and kept[0] == _stamps(kept[1]):
+            return kept[2], kept[3]
+        source = path.read_text()
+        seen: set[str] = set()
+        digest = hashlib.sha256(expand_includes(source, seen).encode()).hexdigest()
+        files = (path, *(KERNEL_ROOT / name for name in sorted(seen)))
+        _SOURCES[path] = (_stamps(files), files, source, digest)
+        return source, digest

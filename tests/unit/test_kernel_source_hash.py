@@ -41,3 +41,20 @@ def test_editing_a_shared_header_changes_the_key(tmp_path, monkeypatch, header):
     after = {f: source_hash(root, f) for f in before}
     assert all(after[f] != before[f] for f in IGEMM)
     assert after["activ"] == before["activ"]  # includes none of them
+
+
+def test_a_source_is_read_once_until_it_or_a_header_changes(tmp_path, monkeypatch):
+    root = tmp_path / "kernels"
+    shutil.copytree(KERNEL_ROOT, root)
+    monkeypatch.setattr(base, "KERNEL_ROOT", root)
+    expanded = []
+    real = base.expand_includes
+    # top-level expansions only (a nested one gets the headers seen so far)
+    monkeypatch.setattr(
+        base, "expand_includes", lambda text, seen: expanded.append(not seen) or real(text, seen)
+    )
+    first = source_hash(root, "igemm_fwd")
+    assert source_hash(root, "igemm_fwd") == first and expanded.count(True) == 1
+    with open(root / SHARED[1], "a") as f:
+        f.write("\n/* edited */\n")
+    assert source_hash(root, "igemm_fwd") != first and expanded.count(True) == 2
