@@ -159,9 +159,10 @@ def probe_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
 
 
 def config_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
-    """Every config of the packed solver's search space (and the default with ACTIV_RAW 2, the
-    integer ReLU mask) timed under both output policies (rotate: every launch its own output; hot:
-    one output buffer), then the default, the two fastest of each policy and torch again in
+    """Every geometry of the packed solver's search space with every cache-hint setting
+    (STREAM_HINTS; find searches only TUNED_STREAMS), and the default with ACTIV_RAW 2 (the
+    integer ReLU mask), timed under both output policies (rotate: every launch its own output;
+    hot: one output buffer); then the default, the two fastest of each policy and torch again in
     ROUNDS interleaved rounds: side -> times."""
     from miopy.engine.candidates import make_solution
 
@@ -172,7 +173,10 @@ def config_case(handle, dtype: str, c: int, hw: int, direction: str) -> dict:
     solver = solver_for(direction)
     view = problem.solver_view()
     default_cfg = solver.default_config(handle, view)
-    space = solver.search_space(handle, view)
+    from miopy.solvers.activ.elementwise import STREAM_HINTS
+
+    geometries = {(c["local"], c["unroll"]) for c in solver.search_space(handle, view)}
+    space = [{"local": lo, "unroll": u, "stream": st} for lo, u in sorted(geometries) for st in STREAM_HINTS]
     sols = {str(cfg): make_solution(handle, problem, solver, cfg) for cfg in space}
     default = make_solution(handle, problem, solver, default_cfg)
     if dtype != "fp32":

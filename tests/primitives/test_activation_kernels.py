@@ -128,3 +128,42 @@ def test_solvers_refuse_other_problems(ocl):
     fwd = ActivationProblem.create(_desc(ActivationMode.RELU), TensorDesc("fp32", (1, 2, 3, 4)), "F")
     assert BWD["packed"].is_applicable(ocl, fwd) == "direction is FORWARD"
     assert FWD["strided"].is_applicable(ocl, object()) == "not an activation"
+
+
+def test_cache_hint_configs():
+    """On CUDA find searches the cache-hint settings TUNED_STREAMS; every setting of STREAM_HINTS
+    is a valid config that compiles its load and store hints in; OpenCL gets none. The defaults:
+    hints for backward up to 24 MiB and forward above 4 Mi elements up to 80 MB."""
+    from miopy.solvers.activ.elementwise import STREAM_HINTS, TUNED_STREAMS
+
+    class CudaLike:
+        backend_name = "cuda"
+
+    cuda = CudaLike()
+    relu = ActivationDesc(ActivationMode.RELU)
+    small = ActivationProblem.create(relu, TensorDesc("fp16", (2, 8, 4, 4)), "B")
+    assert {c["stream"] for c in BWD["packed"].search_space(cuda, small)} == set(TUNED_STREAMS)
+    for st, (ld, sth) in STREAM_HINTS.items():
+        cfg = {"local": 128, "unroll": 1, "stream": st}
+        assert BWD["packed"].is_valid_config(cuda, small, cfg)
+        defines = dict(make_solution(cuda, small, BWD["packed"], cfg=cfg).kernels[0].defines)
+        assert (defines.get("VEC_LD_HINT", 0), defines.get("VEC_ST_HINT", 0)) == (ld, sth), st
+    defaults = {}
+    for dtype, lens, direction in (
+        ("fp16", (32, 128, 28, 28), "B"),  # 19.3 MB
+        ("fp16", (32, 64, 56, 56), "B"),  # 38.5 MB
+        ("fp16", (32, 128, 28, 28), "F"),  # 3.2 Mi elements
+        ("fp32", (32, 64, 56, 56), "F"),  # 6.4 Mi elements, 51 MB
+        ("fp32", (32, 128, 56, 56), "F"),  # 103 MB
+    ):
+        problem = ActivationProblem.create(relu, TensorDesc(dtype, lens), direction)
+        solver = (FWD if direction == "F" else BWD)["packed"]
+        defaults[(dtype, lens[1], lens[2], direction)] = solver.default_config(cuda, problem)["stream"]
+        assert solver.default_config(None, problem)["stream"] == 0  # no backend: no hints
+    assert defaults == {
+        ("fp16", 128, 28, "B"): 1,
+        ("fp16", 64, 56, "B"): 0,
+        ("fp16", 128, 28, "F"): 0,
+        ("fp32", 64, 56, "F"): 1,
+        ("fp32", 128, 56, "F"): 0,
+    }

@@ -48,6 +48,7 @@ STREAM_MAX_BYTES_BWD = 24 << 20  # backward
 # and st.global.cs (evict first); 2: ld.global.cs only (inputs leave L2 first, outputs stay);
 # 3: ld.global.nc.L2::256B (the L2 fetches 256-byte blocks), plain stores.
 STREAM_HINTS = {0: (0, 0), 1: (1, 1), 2: (1, 0), 3: (3, 0)}
+TUNED_STREAMS = (0, 1)
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -120,7 +121,9 @@ class _Packed(_Activ, TunableSolver):
         return {"local": 256, "unroll": 1, "stream": 1 if streaming else 0}
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
-        streams = tuple(STREAM_HINTS) if specialize(ctx) else (0,)  # OpenCL has no cache hints here
+        # OpenCL has no cache hints here; on CUDA, settings 2 and 3 never won a ResNet-50 ReLU on
+        # the H200 (benchmarks/activ_probe.py --configs): valid configs, not searched
+        streams = TUNED_STREAMS if specialize(ctx) else (0,)
         return [
             {"local": lo, "unroll": u, "stream": st}
             for lo in PACKED_LOCALS
