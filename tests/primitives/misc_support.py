@@ -21,13 +21,16 @@ def random_buffers(problem, rng, low=-1.0, high=1.0) -> dict[str, np.ndarray]:
     return out
 
 
-def run_all(handle, problem, ref, tol: float, buffers=None, rng=None) -> list[str]:
-    """Every applicable solver on copies of ``buffers``; returns the solvers that ran."""
+def run_all(handle, problem, ref, tol: float, buffers=None, rng=None, only=None) -> list[str]:
+    """Every applicable solver (of those named in ``only``, if given) on copies of ``buffers``;
+    returns the solvers that ran."""
     rng = rng or np.random.default_rng(0)
     base = buffers if buffers is not None else random_buffers(problem, rng)
     expected = ref.reference(problem, {r: b.copy() for r, b in base.items()})
     ran = []
     for solver in solvers_for(problem):
+        if only is not None and solver.name not in only:
+            continue
         if solver.is_applicable(handle, problem.solver_view()) is not None:
             continue
         bufs = {r: b.copy() for r, b in base.items()}

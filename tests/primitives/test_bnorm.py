@@ -135,3 +135,32 @@ def test_reference_matches_loops():
         want = scale[0, c, 0, 0] * (v - m) / np.sqrt(var + p.epsilon) + bias[0, c, 0, 0]
         np.testing.assert_allclose(out["y"][:, c], want, rtol=1e-12)
         np.testing.assert_allclose(out["saved_inv_var"][0, c, 0, 0], 1 / np.sqrt(var + p.epsilon))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cpu_kernels(ocl, dtype):
+    """PoCL's float8 kernels (bn_reduce_cols_cpu: channels-last sums by tiles of 64 / 32 channels,
+    a partial last tile; bn_apply_cpu: rows of a multiple of 8 elements, per-channel or per-row
+    coefficients) against the reference, training, inference and backward."""
+    from miopy.solvers.norm.bn_program import bn_packed_program
+
+    rng = np.random.default_rng(11)
+    cases = [
+        ("NHWC", (3, 8, 5, 3)),
+        ("NHWC", (2, 72, 3, 5)),
+        ("NHWC", (2, 136, 2, 3)),
+        ("NCHW", (3, 5, 4, 6)),
+    ]
+    cases += [("NCHW", (2, 3, 5, 7))]  # rows of 35: the 2-D apply
+    for (layout, lens), mode in [(c, "SPATIAL") for c in cases] + [
+        (("NCHW", (5, 4, 2, 4)), "PER_ACTIVATION")
+    ]:
+        x = TensorDesc(dtype, lens, layout=layout)
+        for direction in ("T", "I", "B"):
+            save = direction != "I" and bool(rng.integers(0, 2))
+            p = BatchNormProblem(mode, direction, x, save=save, running=direction == "T")
+            names = {launch.spec.name for launch in bn_packed_program(ocl, p).steps}
+            if lens[1] % 8 == 0 and layout == "NHWC":
+                assert ("bn_reduce_cols_cpu" in names) == (direction != "I"), names
+                assert "bn_apply_cpu" in names, names
+            assert _run_all(ocl, p, rng) == 2

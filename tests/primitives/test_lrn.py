@@ -124,19 +124,28 @@ def test_random_problems_every_solver(ocl):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_cross_channel_cpu_kernels(ocl, dtype):
     """PoCL's float8 cross-channel kernels: lrn_*_planes_cpu (NCHW; pixel runs of 64 and of 8,
-    the last run overlapping) and lrn_*_channels_cpu (NHWC; blocks of 8 channels whose windows
-    stay inside, the edges and tails channel by channel), windows of 1, 4 and 5."""
+    the last run overlapping) and lrn_*_channels_cpu (NHWC; blocks of 8 channels, their window sums
+    from a buffer of the terms or, past its size, directly; partial last blocks), windows of 1 to
+    11."""
     from miopy.solvers.lrn.direct import cpu_program
 
     rng = np.random.default_rng(23)
-    for layout, lens in [("NCHW", (2, 21, 9, 9)), ("NCHW", (1, 13, 3, 3)), ("NHWC", (2, 21, 3, 4))]:
+    shapes = [("NCHW", (2, 21, 9, 9)), ("NCHW", (1, 13, 3, 3)), ("NHWC", (2, 21, 3, 4))]
+    shapes += [("NHWC", (1, 5, 2, 3)), ("NHWC", (1, 40, 2, 3))]  # C < 8; blocks of 8 with windows of 11
+    shapes += [("NHWC", (1, 1050, 1, 2))]  # more channels than the kernels' buffer: the direct path
+    for layout, lens in shapes:
         x = TensorDesc(dtype, lens, layout=layout)
-        for size in (1, 4, 5):
+        for size in (1, 4, 5, 11):
             for direction, save in (("F", True), ("F", False), ("B", False)):
                 p = LRNProblem.create(x, "cross", size, 0.8, 0.75, 1.3, direction, save)
                 program = cpu_program(ocl, p)
                 assert program is not None and program.steps[0].spec.name.endswith("_cpu")
-                run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
+                bufs = ref.random_buffers(p, rng)
+                ran = run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=bufs, only=CPU_PROGRAM_SOLVERS)
+                assert ran
+
+
+CPU_PROGRAM_SOLVERS = ("LrnDirect", "LrnCrossSlide")  # the solvers that choose cpu_program
 
 
 @pytest.mark.parametrize("size", [1, 2, 5, 7])

@@ -90,11 +90,12 @@ def test_softmax_is_safe_for_large_inputs(ocl):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_softmax_rows_cpu_kernels(ocl, dtype):
     """PoCL's rows kernels (softmax_*_rows_cpu: float8 runs and a scalar tail, y holding the exps
-    between passes): every algorithm, both directions, with and without beta, rows of 5, 16 and
-    130 elements in channel and instance mode, and a large range."""
+    between passes, or a private row of them): every algorithm, both directions, with and without
+    beta, rows of 5, 16, 130 and 1032 elements in channel and instance mode, and a large range."""
     rng = np.random.default_rng(12)
     for i, (lens, mode) in enumerate(
         [((7, 5, 1, 1), "channel"), ((3, 16, 1, 1), "channel"), ((2, 13, 2, 5), "instance")]
+        + [((2, 1032, 1, 1), "channel")]  # longer than the forward's private row of exps
     ):
         d = TensorDesc(dtype, lens)
         for direction in ("F", "B"):

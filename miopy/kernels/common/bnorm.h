@@ -33,6 +33,8 @@
 #define BN_ID_bn_finalize 3
 #define BN_ID_bn_apply 4
 #define BN_ID_bn_apply_2d 5
+#define BN_ID_bn_reduce_cols_cpu 6
+#define BN_ID_bn_apply_cpu 7
 #ifdef BN_ONLY
 #define BN_WANT(name) (BN_ONLY == BN_ID_##name)
 #else
@@ -481,6 +483,121 @@ KERNEL void bn_apply_2d(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RE
         STORE(out, i0 + j, BN_MAP(LOAD(x, i0 + j), g, a, sft, b, d));
     }
 }
+#endif
+
+/* CPU OpenCL devices (PoCL): float8 vectors (common/cpu_vec.h), a work item per long run.
+   bn_reduce_cols_cpu: columns (NHWC), K a multiple of 8; work item (chunk c, tile of BN_CB * 8
+   channels) walks the chunk's rows, each row's tile one contiguous run, and writes the partial
+   sums bn_reduce_cols does (ws[(c * 4 + s) * K + k], shifted by the key's first element).
+   bn_apply_cpu: bn_apply_2d's rows (d0 a multiple of 8) eight elements at a time, the keys' five
+   coefficients loaded as vectors (kmode 1) or broadcast (kmode 0). */
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+#if BN_BWD
+#define BN_CB 4 /* float8 blocks per tile: four sums each stay in registers */
+#else
+#define BN_CB 8
+#endif
+#if BN_WANT(bn_reduce_cols_cpu)
+KERNEL void bn_reduce_cols_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                               GLOBAL float* RESTRICT ws, int K, int rows, int rstride, int rows_per_chunk,
+                               int nchunks)
+{
+    const int tiles = (K + BN_CB * 8 - 1) / (BN_CB * 8);
+    const int t = (int)GLOBAL_ID0;
+    if(t >= tiles * nchunks)
+        return;
+    const int c = t / tiles, col0 = (t - c * tiles) * BN_CB * 8;
+    const int nb = (K - col0) / 8 < BN_CB ? (K - col0) / 8 : BN_CB;
+    float8 shift[BN_CB], a0[BN_CB], a1[BN_CB];
+#if BN_BWD
+    float8 a2[BN_CB], a3[BN_CB];
+#else
+    (void)dy;
+#endif
+    for(int b = 0; b < BN_CB; ++b)
+    {
+        shift[b] = b < nb ? load_f8(x, col0 + 8 * b) : (float8)(0.0f);
+        a0[b] = a1[b] = (float8)(0.0f);
+#if BN_BWD
+        a2[b] = a3[b] = (float8)(0.0f);
+#endif
+    }
+    const int r0 = c * rows_per_chunk;
+    const int r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    for(int r = r0; r < r1; ++r)
+    {
+        const i64 o = (i64)r * rstride + col0;
+        for(int b = 0; b < BN_CB; ++b)
+        {
+            if(b < nb)
+            {
+                const float8 d = load_f8(x, o + 8 * b) - shift[b];
+                a0[b] += d;
+                a1[b] += d * d;
+#if BN_BWD
+                const float8 g = load_f8(dy, o + 8 * b);
+                a2[b] += g;
+                a3[b] += g * d;
+#endif
+            }
+        }
+    }
+    GLOBAL float* w = ws + (i64)c * 4 * K + col0;
+    for(int b = 0; b < nb; ++b)
+    {
+        vstore8(a0[b], 0, w + 8 * b);
+        vstore8(a1[b], 0, w + K + 8 * b);
+#if BN_BWD
+        vstore8(a2[b], 0, w + 2 * K + 8 * b);
+        vstore8(a3[b], 0, w + 3 * K + 8 * b);
+#endif
+    }
+}
+#endif
+
+#if BN_WANT(bn_apply_cpu)
+KERNEL void bn_apply_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                         GLOBAL data_t* RESTRICT out, const GLOBAL float* RESTRICT ws, i64 coef, int K, int rows,
+                         int d0, int kq, int km, int kmode)
+{
+    const int o = (int)GLOBAL_ID0;
+    if(o >= rows)
+        return;
+    const i64 i0 = (i64)o * d0;
+    const GLOBAL float* cf = ws + coef;
+#if !BN_BWD
+    (void)dy;
+#endif
+    float8 a, sft, b, d;
+    if(!kmode)
+    {
+        float as, ss, bs, ds;
+        bn_coefs(ws, coef, K, (o / kq) % km, &as, &ss, &bs, &ds);
+        a = as, sft = ss, b = bs, d = ds;
+    }
+    for(int j = 0; j < d0; j += 8)
+    {
+        if(kmode)
+        {
+            a = vload8(0, cf + j);
+            sft = vload8(0, cf + K + j);
+            const float8 m1 = vload8(0, cf + 3 * K + j);
+#if BN_BWD
+            b = vload8(0, cf + 4 * K + j);
+            d = vload8(0, cf + 2 * K + j) - m1 * b;
+#else
+            d = vload8(0, cf + 2 * K + j) - m1 * a;
+#endif
+        }
+#if BN_BWD
+        const float8 g = load_f8(dy, i0 + j);
+#else
+        const float8 g = (float8)(0.0f);
+#endif
+        store_f8(out, i0 + j, BN_MAP(load_f8(x, i0 + j), g, a, sft, b, d));
+    }
+}
+#endif
 #endif
 
 #endif

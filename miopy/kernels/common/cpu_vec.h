@@ -12,24 +12,24 @@
 #include "common/miopy_types.h"
 
 #if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+/* fp16: PoCL's vload_half8 / vstore_half8_rte load and store a <8 x half> claiming 16-byte
+   alignment, which an element-aligned global address need not have (a compiler may then emit an
+   aligned move, which faults). Here the 16 bytes move as ushort8 (element alignment) through a
+   private vector, whose alignment is real, and the conversion runs on that: LLVM folds it into
+   one F16C conversion of the global address (vcvtph2ps / vcvtps2ph take any alignment), with no
+   branch on the address. bf16: element casts (PoCL's convert_uint8 / convert_ushort8 are slow). */
 DEVICE_FN float8 load_f8(const GLOBAL data_t* p, i64 off)
 {
 #if MIOPY_DTYPE == 0
     return vload8(0, p + off);
-#elif MIOPY_DTYPE == 1 /* PoCL's vload_half8 faults on addresses not 16-byte aligned */
-    if((((ulong)(p + off)) & 15) == 0)
-        return vload_half8(0, p + off);
-    const uint8 u = convert_uint8(vload8(0, (const GLOBAL ushort*)(p + off)));
-    const uint8 em = u & 0x7fffu, sign = (u & 0x8000u) << 16;
-    const uint8 normal = (em << 13) + 0x38000000u; /* rebias 15 -> 127 */
-    /* subnormal m * 2^-24 as (1 + m / 1024) * 2^-14 - 2^-14, exact */
-    const uint8 subnormal = as_uint8(as_float8(normal + 0x00800000u) - 0x1.0p-14f);
-    const uint8 special = (em << 13) | 0x7f800000u; /* inf, NaN */
-    uint8 r = select(normal, subnormal, as_uint8(em < 0x400u));
-    r = select(r, special, as_uint8(em >= 0x7c00u));
-    return as_float8(r | sign);
+#elif MIOPY_DTYPE == 1
+    const ushort8 h = vload8(0, (const GLOBAL ushort*)(p + off));
+    return vload_half8(0, (const half*)&h);
 #else
-    return as_float8(convert_uint8(vload8(0, p + off)) << 16);
+    const ushort8 h = vload8(0, p + off);
+    const uint8 u = (uint8)((uint)h.s0, (uint)h.s1, (uint)h.s2, (uint)h.s3, (uint)h.s4, (uint)h.s5,
+                            (uint)h.s6, (uint)h.s7);
+    return as_float8(u << 16);
 #endif
 }
 
@@ -37,30 +37,18 @@ DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
 {
 #if MIOPY_DTYPE == 0
     vstore8(v, 0, p + off);
-#elif MIOPY_DTYPE == 1 /* round to nearest even, as vstore_half_rte (alignment: see load_f8) */
-    if((((ulong)(p + off)) & 15) == 0)
-    {
-        vstore_half8_rte(v, 0, p + off);
-        return;
-    }
-    const uint8 u = as_uint8(v), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    /* below 2^-14: adding 0.5 leaves the subnormal's mantissa, rounded, in the low bits */
-    const uint8 subnormal = as_uint8(as_float8(a) + 0.5f) - 0x3f000000u;
-    const uint8 normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13; /* rebias, round */
-    uint8 r = select(normal, subnormal, as_uint8(a < 0x38800000u));
-    r = select(r, (uint8)0x7c00u, as_uint8(a >= 0x477ff000u)); /* overflow to inf */
-    r = select(r, (uint8)0x7e00u, as_uint8(a > 0x7f800000u));  /* NaN */
-    r |= sign;
-    /* element casts: PoCL's convert_ushort8 is slow */
-    vstore8((ushort8)((ushort)r.s0, (ushort)r.s1, (ushort)r.s2, (ushort)r.s3, (ushort)r.s4, (ushort)r.s5,
-                      (ushort)r.s6, (ushort)r.s7),
-            0, (GLOBAL ushort*)(p + off));
+#elif MIOPY_DTYPE == 1 /* round to nearest even */
+    ushort8 h;
+    vstore_half8_rte(v, 0, (half*)&h);
+    vstore8(h, 0, (GLOBAL ushort*)(p + off));
 #else
     const uint8 u = as_uint8(v);
     const uint8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint8 nan = (uint8)0x7fc0u;
     const int8 is_nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0u);
-    vstore8(convert_ushort8(select(rounded, nan, as_uint8(is_nan))), 0, p + off);
+    const uint8 r = select(rounded, (uint8)0x7fc0u, as_uint8(is_nan));
+    vstore8((ushort8)((ushort)r.s0, (ushort)r.s1, (ushort)r.s2, (ushort)r.s3, (ushort)r.s4, (ushort)r.s5,
+                      (ushort)r.s6, (ushort)r.s7),
+            0, p + off);
 #endif
 }
 
@@ -68,16 +56,16 @@ DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
    |f| <= 1/2, 2^f by its Taylor series to f^7 (truncation < 6e-9; within ~1.2 ulp over the range),
    n added to the exponent through the 1.5 * 2^23 bias. No subnormal results: t below -126 gives
    about 2^-126 (-inf gives 0, NaN stays NaN). t <= 128. */
-DEVICE_FN float8 exp2_f8(float8 t)
+DEVICE_FN float8 exp2_f8_degree(float8 t, int degree)
 {
     const float8 zero = select((float8)(1.0f), (float8)(0.0f), isinf(t) & (t < 0.0f));
     const float8 t0 = t;
     t = select(t, (float8)(-126.0f), t < -126.0f);
     const float8 big = t + 0x1.8p23f; /* n in the low bits */
     const float8 f = t - (big - 0x1.8p23f);
-    float8 p = 1.5252734e-5f;
-    p = p * f + 1.5403530e-4f;
-    p = p * f + 1.3333558e-3f;
+    float8 p = 1.3333558e-3f;
+    if(degree > 5) /* a constant once inlined */
+        p = (1.5252734e-5f * f + 1.5403530e-4f) * f + p;
     p = p * f + 9.6181291e-3f;
     p = p * f + 5.5504109e-2f;
     p = p * f + 2.4022651e-1f;
@@ -85,6 +73,18 @@ DEVICE_FN float8 exp2_f8(float8 t)
     p = p * f + 1.0f;
     const float8 r = as_float8(as_int8(p) + ((as_int8(big) - 0x4b400000) << 23)) * zero;
     return select(r, t0, isnan(t0));
+}
+
+DEVICE_FN float8 exp2_f8(float8 t)
+{
+    return exp2_f8_degree(t, 7);
+}
+
+/* for results stored as fp16 or bf16 (their rounding: 4.9e-4, 3.9e-3): the series to f^5,
+   relative error under 3e-6 */
+DEVICE_FN float8 exp2_f8_16(float8 t)
+{
+    return exp2_f8_degree(t, 5);
 }
 
 DEVICE_FN float hmax8(float8 v)

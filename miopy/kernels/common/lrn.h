@@ -266,6 +266,123 @@ KERNEL void lrn_bwd_planes_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
     }
 }
 
+/* lanes c0 .. c0 + 7 of a channels-contiguous run, 0 at and past C (the last, partial block) */
+DEVICE_FN float8 lrn_lanes_f8(const GLOBAL data_t* p, i64 base, int c0, int C)
+{
+    if(c0 + 8 <= C)
+        return load_f8(p, base + c0);
+    float a[8];
+    for(int l = 0; l < 8; ++l)
+        a[l] = c0 + l < C ? LOAD(p, base + c0 + l) : 0.0f;
+    return vload8(0, a);
+}
+
+DEVICE_FN void lrn_store_lanes_f8(GLOBAL data_t* p, i64 base, int c0, int C, float8 v)
+{
+    if(c0 + 8 <= C)
+    {
+        store_f8(p, base + c0, v);
+        return;
+    }
+    float a[8];
+    vstore8(v, 0, a);
+    for(int l = 0; l < 8 && c0 + l < C; ++l)
+        STORE(p, base + c0 + l, a[l]);
+}
+
+/* lrn_*_channels_direct (a pixel whose channels do not fit lrn_*_channels_cpu's buffer): blocks
+   whose windows stay inside [0, C) sum shifted vectors of the data, the others (the first and last
+   blocks) sum their lanes' windows channel by channel into a private vector. Either way the power
+   and the stores run on float8 (a scalar power costs several ns). */
+DEVICE_FN void lrn_fwd_channels_direct(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
+                                       GLOBAL data_t* RESTRICT scale, int C, i64 base, int size, float alpha,
+                                       float beta, float k, int save)
+{
+    const int pad = (size - 1) / 2;
+    const float aon = alpha / (float)size;
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        float8 acc = (float8)(0.0f);
+        if(c0 - pad >= 0 && c0 + 8 - pad + size - 1 <= C) /* every window inside [0, C) */
+        {
+            for(int j = c0 - pad; j < c0 - pad + size; ++j)
+            {
+                const float8 v = load_f8(x, base + j);
+                acc += v * v;
+            }
+        }
+        else
+        {
+            float a[8];
+            for(int l = 0; l < 8; ++l)
+            {
+                const int c = c0 + l;
+                const int j0 = c - pad > 0 ? c - pad : 0, j1 = c - pad + size < C ? c - pad + size : C;
+                float sum = 0.0f;
+                for(int j = j0; j < j1; ++j)
+                {
+                    const float v = LOAD(x, base + j);
+                    sum += v * v;
+                }
+                a[l] = sum;
+            }
+            acc = vload8(0, a);
+        }
+        const float8 s = k + aon * acc;
+        lrn_store_lanes_f8(y, base, c0, C, lrn_lanes_f8(x, base, c0, C) * LRN_POW8(s, -beta));
+        if(save)
+            lrn_store_lanes_f8(scale, base, c0, C, s);
+    }
+}
+
+DEVICE_FN void lrn_bwd_channels_direct(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
+                                       const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
+                                       GLOBAL data_t* RESTRICT dx, int C, i64 base, int size, float alpha, float beta)
+{
+    const int pad = (size - 1) / 2, before = size - 1 - pad;
+    const float ratio = 2.0f * alpha * beta / (float)size;
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        float8 acc = (float8)(0.0f);
+        if(c0 - before >= 0 && c0 + 8 + pad <= C)
+        {
+            for(int j = c0 - before; j <= c0 + pad; ++j)
+                acc += load_f8(dy, base + j) * load_f8(y, base + j) / load_f8(scale, base + j);
+        }
+        else
+        {
+            float a[8];
+            for(int l = 0; l < 8; ++l)
+            {
+                const int c = c0 + l;
+                const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
+                float sum = 0.0f;
+                for(int j = j0; j < j1; ++j)
+                    sum += LOAD(dy, base + j) * LOAD(y, base + j) / LOAD(scale, base + j);
+                a[l] = sum;
+            }
+            acc = vload8(0, a);
+        }
+        /* the partial block's missing lanes: scale 1 (a finite power), their results dropped */
+        float8 sc = lrn_lanes_f8(scale, base, c0, C);
+        sc = c0 + 8 <= C ? sc : select(sc, (float8)(1.0f), (int8)(0, 1, 2, 3, 4, 5, 6, 7) >= C - c0);
+        const float8 g = lrn_lanes_f8(dy, base, c0, C) * LRN_POW8(sc, -beta);
+        lrn_store_lanes_f8(dx, base, c0, C, g - ratio * lrn_lanes_f8(x, base, c0, C) * acc);
+    }
+}
+
+/* lrn_*_channels_cpu: a pixel's window terms (x^2 forward, dy y / scale backward) computed once
+   each into a private buffer with zeros around [0, C) (lo before, hi after, the block tail), so
+   that every block's window sums are `size` unaligned float8 loads of it, edges included. */
+#define LRN_TB 1056 /* floats of the buffer: C rounded up to 8, plus the window, at most this */
+DEVICE_FN void lrn_zero_halo(float* tb, int lo, int Cr, int hi)
+{
+    for(int i = 0; i < lo; ++i)
+        tb[i] = 0.0f;
+    for(int i = lo + Cr; i < lo + Cr + hi; ++i)
+        tb[i] = 0.0f;
+}
+
 KERNEL void lrn_fwd_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
                                  GLOBAL data_t* RESTRICT scale, int N, int C, i64 P, i64 sn, i64 sp, int size,
                                  float alpha, float beta, float k, int save)
@@ -275,38 +392,29 @@ KERNEL void lrn_fwd_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t*
         return;
     const i64 n = t / P, p = t - n * P;
     const i64 base = n * sn + p * sp;
-    const int pad = (size - 1) / 2;
+    const int lo = (size - 1) / 2, hi = size - 1 - lo, Cr = (C + 7) / 8 * 8;
+    if(lo + Cr + hi > LRN_TB)
+    {
+        lrn_fwd_channels_direct(x, y, scale, C, base, size, alpha, beta, k, save);
+        return;
+    }
+    float tb[LRN_TB];
+    lrn_zero_halo(tb, lo, Cr, hi);
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        const float8 v = lrn_lanes_f8(x, base, c0, C);
+        vstore8(v * v, 0, tb + lo + c0);
+    }
     const float aon = alpha / (float)size;
     for(int c0 = 0; c0 < C; c0 += 8)
     {
-        if(c0 - pad >= 0 && c0 + 8 - pad + size - 1 <= C) /* every window inside [0, C) */
-        {
-            float8 acc = (float8)(0.0f);
-            for(int j = c0 - pad; j < c0 - pad + size; ++j)
-            {
-                const float8 v = load_f8(x, base + j);
-                acc += v * v;
-            }
-            const float8 s = k + aon * acc;
-            store_f8(y, base + c0, load_f8(x, base + c0) * LRN_POW8(s, -beta));
-            if(save)
-                store_f8(scale, base + c0, s);
-            continue;
-        }
-        for(int c = c0; c < c0 + 8 && c < C; ++c)
-        {
-            const int j0 = c - pad > 0 ? c - pad : 0, j1 = c - pad + size < C ? c - pad + size : C;
-            float acc = 0.0f;
-            for(int j = j0; j < j1; ++j)
-            {
-                const float v = LOAD(x, base + j);
-                acc += v * v;
-            }
-            const float s = k + aon * acc;
-            STORE(y, base + c, LOAD(x, base + c) * LRN_POW(s, -beta));
-            if(save)
-                STORE(scale, base + c, s);
-        }
+        float8 acc = vload8(0, tb + c0);
+        for(int j = 1; j < size; ++j)
+            acc += vload8(0, tb + c0 + j);
+        const float8 s = k + aon * acc;
+        lrn_store_lanes_f8(y, base, c0, C, lrn_lanes_f8(x, base, c0, C) * LRN_POW8(s, -beta));
+        if(save)
+            lrn_store_lanes_f8(scale, base, c0, C, s);
     }
 }
 
@@ -320,28 +428,32 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
         return;
     const i64 n = t / P, p = t - n * P;
     const i64 base = n * sn + p * sp;
-    const int pad = (size - 1) / 2, before = size - 1 - pad;
+    const int hi = (size - 1) / 2, lo = size - 1 - hi, Cr = (C + 7) / 8 * 8; /* window [c - lo, c + hi] */
+    if(lo + Cr + hi > LRN_TB)
+    {
+        lrn_bwd_channels_direct(x, y, dy, scale, dx, C, base, size, alpha, beta);
+        return;
+    }
+    float tb[LRN_TB];
+    lrn_zero_halo(tb, lo, Cr, hi);
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        /* the partial block's missing lanes: scale 1 (a finite power, a term of 0) */
+        float8 sc = lrn_lanes_f8(scale, base, c0, C);
+        sc = c0 + 8 <= C ? sc : select(sc, (float8)(1.0f), lane >= C - c0);
+        vstore8(lrn_lanes_f8(dy, base, c0, C) * lrn_lanes_f8(y, base, c0, C) / sc, 0, tb + lo + c0);
+    }
     const float ratio = 2.0f * alpha * beta / (float)size;
     for(int c0 = 0; c0 < C; c0 += 8)
     {
-        if(c0 - before >= 0 && c0 + 8 + pad <= C)
-        {
-            float8 acc = (float8)(0.0f);
-            for(int j = c0 - before; j <= c0 + pad; ++j)
-                acc += load_f8(dy, base + j) * load_f8(y, base + j) / load_f8(scale, base + j);
-            const float8 g = load_f8(dy, base + c0) * LRN_POW8(load_f8(scale, base + c0), -beta);
-            store_f8(dx, base + c0, g - ratio * load_f8(x, base + c0) * acc);
-            continue;
-        }
-        for(int c = c0; c < c0 + 8 && c < C; ++c)
-        {
-            const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
-            float acc = 0.0f;
-            for(int j = j0; j < j1; ++j)
-                acc += LOAD(dy, base + j) * LOAD(y, base + j) / LOAD(scale, base + j);
-            const float g = LOAD(dy, base + c) * LRN_POW(LOAD(scale, base + c), -beta);
-            STORE(dx, base + c, g - ratio * LOAD(x, base + c) * acc);
-        }
+        float8 acc = vload8(0, tb + c0);
+        for(int j = 1; j < size; ++j)
+            acc += vload8(0, tb + c0 + j);
+        float8 sc = lrn_lanes_f8(scale, base, c0, C);
+        sc = c0 + 8 <= C ? sc : select(sc, (float8)(1.0f), lane >= C - c0);
+        const float8 g = lrn_lanes_f8(dy, base, c0, C) * LRN_POW8(sc, -beta);
+        lrn_store_lanes_f8(dx, base, c0, C, g - ratio * lrn_lanes_f8(x, base, c0, C) * acc);
     }
 }
 #endif

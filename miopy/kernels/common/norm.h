@@ -386,8 +386,99 @@ KERNEL void norm_reduce_split_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL 
 
 /* norm_reduce_rows for CPU OpenCL devices (PoCL): one work item per (key, chunk) unit walks its
    elements segment by segment in plain loops (no work-group tree, no division per element; the
-   weight index of a weighted dy advances by counting). Same arguments and partial sums. */
+   weight index of a weighted dy advances by counting; float8 vectors on OpenCL but fp64). Same
+   arguments and partial sums. */
 #if NORM_WANT(norm_reduce_rows_serial)
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+/* CPU OpenCL: a block's sums eight elements at a time in float8 (cpu_vec.h), a scalar tail; a
+   weighted dy takes the weight of each vector (one, or lane by lane where the weight changes) */
+DEVICE_FN void norm_serial_block_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT dy,
+                                     const GLOBAL param_t* RESTRICT w, i64 off, i64 j, i64 e0, i64 e1, float shift,
+                                     int flags, i64 pk, i64 pjd, float* b1, float* b2, float* bg1, float* bg2)
+{
+    float8 v1 = 0.0f, v2 = 0.0f, v3 = 0.0f, v4 = 0.0f;
+    float t1 = 0.0f, t2 = 0.0f, t3 = 0.0f, t4 = 0.0f;
+    i64 e = e0;
+    if(!(flags & F_DY))
+    {
+        for(; e + 8 <= e1; e += 8)
+        {
+            const float8 d = load_f8(x, off + e) - shift;
+            v1 += d;
+            v2 += d * d;
+        }
+        for(; e < e1; ++e)
+        {
+            const float d = LOAD(x, off + e) - shift;
+            t1 += d;
+            t2 += d * d;
+        }
+    }
+    else
+    {
+        const int weighted = flags & F_WEIGHTED;
+        i64 p = 0, pr = 0;
+        if(weighted)
+        {
+            p = pk + (j + e0) / pjd;
+            pr = (j + e0) % pjd;
+        }
+        for(; e + 8 <= e1; e += 8)
+        {
+            const float8 d = load_f8(x, off + e) - shift;
+            float8 g = load_f8(dy, off + e);
+            if(weighted)
+            {
+                if(pr + 8 <= pjd)
+                    g *= PLOAD(w, p);
+                else
+                {
+                    float wl[8];
+                    i64 pp = p, rr = pr;
+                    for(int l = 0; l < 8; ++l)
+                    {
+                        wl[l] = PLOAD(w, pp);
+                        if(++rr == pjd)
+                        {
+                            rr = 0;
+                            ++pp;
+                        }
+                    }
+                    g *= vload8(0, wl);
+                }
+                for(pr += 8; pr >= pjd; pr -= pjd)
+                    ++p;
+            }
+            v1 += d;
+            v2 += d * d;
+            v3 += g;
+            v4 += g * d;
+        }
+        for(; e < e1; ++e)
+        {
+            const float d = LOAD(x, off + e) - shift;
+            float g = LOAD(dy, off + e);
+            if(weighted)
+            {
+                g *= PLOAD(w, p);
+                if(++pr == pjd)
+                {
+                    pr = 0;
+                    ++p;
+                }
+            }
+            t1 += d;
+            t2 += d * d;
+            t3 += g;
+            t4 += g * d;
+        }
+    }
+    *b1 = hsum8(v1) + t1;
+    *b2 = hsum8(v2) + t2;
+    *bg1 = hsum8(v3) + t3;
+    *bg2 = hsum8(v4) + t4;
+}
+#endif
 DEVICE_FN void norm_kahan(float* sum, float* comp, float v)
 {
     const float y = v - *comp;
@@ -424,6 +515,9 @@ KERNEL void norm_reduce_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBA
         {
             const i64 e1 = e0 + NORM_SERIAL_BLOCK < run ? e0 + NORM_SERIAL_BLOCK : run;
             float b1 = 0.0f, b2 = 0.0f, bg1 = 0.0f, bg2 = 0.0f;
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+            norm_serial_block_cpu(x, dy, w, off, j, e0, e1, shift, flags, pk, pjd, &b1, &b2, &bg1, &bg2);
+#else
             if(!(flags & F_DY))
             {
                 for(i64 e = e0; e < e1; ++e)
@@ -461,6 +555,7 @@ KERNEL void norm_reduce_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBA
                     }
                 }
             }
+#endif
             norm_kahan(&s1a, &c1, b1);
             norm_kahan(&s2a, &c2, b2);
             norm_kahan(&g1, &c3, bg1);
@@ -886,7 +981,8 @@ KERNEL void norm_pgrad_cols_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL
 
 /* norm_pgrad_rows for CPU OpenCL devices: one work item per (weight, chunk) unit walks its
    segments in plain loops (the key's coefficients once per segment), blocks of
-   NORM_SERIAL_BLOCK summed apart and added with compensation. Same arguments and partial sums. */
+   NORM_SERIAL_BLOCK summed apart (float8 vectors on OpenCL but fp64) and added with
+   compensation. Same arguments and partial sums. */
 #if NORM_WANT(norm_pgrad_rows_serial)
 DEVICE_FN void norm_kahan2(float* sum, float* comp, float v)
 {
@@ -920,12 +1016,31 @@ KERNEL void norm_pgrad_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL
         {
             const i64 e1 = e0 + NORM_SERIAL_BLOCK < run ? e0 + NORM_SERIAL_BLOCK : run;
             float ba = 0.0f, bb = 0.0f;
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+            i64 e = e0;
+            float8 va = 0.0f, vb = 0.0f;
+            for(; e + 8 <= e1; e += 8)
+            {
+                const float8 g = load_f8(dy, off + e);
+                va += g * (((load_f8(x, off + e) - c1) - c3) * c5);
+                vb += g;
+            }
+            for(; e < e1; ++e)
+            {
+                const float g = LOAD(dy, off + e);
+                ba += g * (((LOAD(x, off + e) - c1) - c3) * c5);
+                bb += g;
+            }
+            ba += hsum8(va);
+            bb += hsum8(vb);
+#else
             for(i64 e = e0; e < e1; ++e)
             {
                 const float g = LOAD(dy, off + e);
                 ba += g * (((LOAD(x, off + e) - c1) - c3) * c5);
                 bb += g;
             }
+#endif
             norm_kahan2(&a, &ca, ba);
             norm_kahan2(&b, &cb, bb);
         }
@@ -1222,6 +1337,33 @@ KERNEL void norm_apply_2d(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* 
         const i64 k = (o / kq) % km + khi;
         const float c0 = ws[coef + k], c1 = ws[coef + K + k], c2 = ws[coef + 2 * K + k];
         const float c3 = ws[coef + 3 * K + k], c4 = bwd ? ws[coef + 4 * K + k] : 0.0f;
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3 /* float8 (cpu_vec.h), then a scalar tail */
+        i64 j = 0;
+        for(; j + 8 <= d0; j += 8)
+        {
+            const i64 i = i0 + j;
+            const float8 xc = (load_f8(x, i) - c1) - c3;
+            float8 r;
+            if(bwd)
+            {
+                const float8 g = pj ? load_f8(dy, i) * norm_pload8(w, j) : load_f8(dy, i) * wc;
+                r = g * c0 + xc * c4 + c2;
+            }
+            else if(pj)
+                r = (xc * c0 + c2) * norm_pload8(w, j) + norm_pload8(b, j);
+            else
+                r = (xc * c0 + c2) * wc + bc;
+            store_f8(out, i, r);
+        }
+        for(; j < d0; ++j)
+        {
+            const i64 i = i0 + j;
+            const float xc = (LOAD(x, i) - c1) - c3;
+            const float wj = pj ? PLOAD(w, j) : wc;
+            STORE(out, i, bwd ? LOAD(dy, i) * wj * c0 + xc * c4 + c2 : (xc * c0 + c2) * wj + (pj ? PLOAD(b, j) : bc));
+        }
+        return;
+#endif
         if(bwd && pj)
             NORM_ROW_LOOP(STORE(out, i, LOAD(dy, i) * PLOAD(w, j) * c0 + ((LOAD(x, i) - c1) - c3) * c4 + c2);)
         else if(bwd)

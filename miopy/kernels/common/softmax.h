@@ -351,14 +351,15 @@ KERNEL void softmax_bwd_strided(const GLOBAL data_t* RESTRICT y, const GLOBAL da
 
 /* *_rows_cpu: the rows kernels for CPU OpenCL devices (PoCL): one work item per contiguous row,
    float8 vectors along it (common/cpu_vec.h) and a scalar tail; the row is read from cache after
-   the first pass. Same arguments as *_rows less vec_ok. fp16 and bf16 data take exp as exp2_f8
-   (~1e-7 relative, plenty for their outputs, and cheaper than PoCL's exp). */
+   the first pass. Same arguments as *_rows less vec_ok. fp16 and bf16 data take exp as exp2_f8_16
+   (under 3e-6 relative, plenty for their outputs, and cheaper than PoCL's exp). */
 #if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
 #include "common/cpu_vec.h"
+#define SMAX_ROW_BUF 1024 /* softmax_fwd_rows_cpu: rows up to this long keep their exps privately */
 #if MIOPY_DTYPE == 0
 #define SMAX_EXP8(v) exp(v)
 #else
-#define SMAX_EXP8(v) exp2_f8((v) * 1.4426950408889634f)
+#define SMAX_EXP8(v) exp2_f8_16((v) * 1.4426950408889634f)
 #endif
 
 KERNEL void softmax_fwd_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y, i64 rows, int L,
@@ -378,6 +379,21 @@ KERNEL void softmax_fwd_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t*
     /* plain softmax written alone: y keeps exp(x - max) from the sum's pass, then is scaled
        (one exp per element); else the exps are computed again */
     const int keep = !log_mode && !read_y;
+    if(keep && L8 == L && L <= SMAX_ROW_BUF) /* the exps kept in a private row: y written once */
+    {
+        float buf[SMAX_ROW_BUF];
+        float8 s8 = (float8)(0.0f);
+        for(int c = 0; c < L; c += 8)
+        {
+            const float8 e = SMAX_EXP8(load_f8(x, base + c) - m);
+            s8 += e;
+            vstore8(e, 0, buf + c);
+        }
+        const float scale = alpha / hsum8(s8);
+        for(int c = 0; c < L; c += 8)
+            store_f8(y, base + c, vload8(0, buf + c) * scale);
+        return;
+    }
     float8 s8 = (float8)(0.0f);
     for(int c = 0; c < L8; c += 8)
     {

@@ -1,7 +1,7 @@
 /* 16-byte vector access: VEC elements at once (4 fp32, or 8 fp16 / bf16), converted to and from
    fp32. ``off`` is the element offset of the first element; on CUDA the address must be 16-byte
    aligned (ALIGNED16 checks a base pointer; offsets stay aligned when they are multiples of VEC).
-   OpenCL's vloadn needs only element alignment. */
+   On OpenCL element alignment is enough. */
 #ifndef MIOPY_VEC_H
 #define MIOPY_VEC_H
 #include "common/miopy_types.h"
@@ -29,8 +29,9 @@ DEVICE_FN void load_vec(const GLOBAL data_t* p, i64 off, float* v)
 #if MIOPY_DTYPE == 0
     const float4 t = vload4(0, p + off);
     v[0] = t.s0; v[1] = t.s1; v[2] = t.s2; v[3] = t.s3;
-#elif MIOPY_DTYPE == 1
-    const float8 t = vload_half8(0, p + off);
+#elif MIOPY_DTYPE == 1 /* through a private ushort8: PoCL's vload_half8 assumes 16-byte alignment */
+    const ushort8 h = vload8(0, (const GLOBAL ushort*)(p + off));
+    const float8 t = vload_half8(0, (const half*)&h);
     v[0] = t.s0; v[1] = t.s1; v[2] = t.s2; v[3] = t.s3;
     v[4] = t.s4; v[5] = t.s5; v[6] = t.s6; v[7] = t.s7;
 #else
@@ -46,8 +47,10 @@ DEVICE_FN void store_vec(GLOBAL data_t* p, i64 off, const float* v)
 {
 #if MIOPY_DTYPE == 0
     vstore4((float4)(v[0], v[1], v[2], v[3]), 0, p + off);
-#elif MIOPY_DTYPE == 1
-    vstore_half8_rte((float8)(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]), 0, p + off);
+#elif MIOPY_DTYPE == 1 /* as load_vec */
+    ushort8 h;
+    vstore_half8_rte((float8)(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]), 0, (half*)&h);
+    vstore8(h, 0, (GLOBAL ushort*)(p + off));
 #else
     vstore8((ushort8)(float_to_bf16(v[0]), float_to_bf16(v[1]), float_to_bf16(v[2]),
                       float_to_bf16(v[3]), float_to_bf16(v[4]), float_to_bf16(v[5]),

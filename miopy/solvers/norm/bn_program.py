@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
-from miopy.solvers.launch import LOCAL, MAX_GROUPS
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, cpu_grid, cpu_kernels
 from miopy.solvers.norm.program import (
     F_DY,
     OP,
@@ -27,7 +27,15 @@ from miopy.solvers.norm.program import (
 )
 from miopy.solvers.norm.view import PackedGeometry, packed_geometry, view8, with_key_index
 
-BN_IDS = {"bn_reduce_cols": 1, "bn_reduce_rows": 2, "bn_finalize": 3, "bn_apply": 4, "bn_apply_2d": 5}
+BN_IDS = {
+    "bn_reduce_cols": 1,
+    "bn_reduce_rows": 2,
+    "bn_finalize": 3,
+    "bn_apply": 4,
+    "bn_apply_2d": 5,
+    "bn_reduce_cols_cpu": 6,
+    "bn_apply_cpu": 7,
+}
 VEC_BYTES = 16
 BLOCKS_PER_CU = 4  # reduction work-groups per compute unit
 THREADS_PER_CU = 2048  # apply: work items per compute unit (full occupancy on NVIDIA)
@@ -64,8 +72,26 @@ def _spec(name: str, problem, vw: int, bwd: bool, gs, ls, tx: int = 32, unr: int
     return KernelSpec("bnorm", name, defines, gs, ls)
 
 
+CPU_TILE = {False: 64, True: 32}  # bn_reduce_cols_cpu: channels per work item (BN_CB * 8)
+CPU_UNITS_PER_CU = 8  # bn_reduce_cols_cpu: work items per compute unit
+
+
+def _reduce_cols_cpu(ctx, problem, geo: PackedGeometry, bwd: bool, ws) -> tuple[Launch, int]:
+    """bn_reduce_cols_cpu: a work item per (chunk of rows, tile of channels)."""
+    tiles = -(-geo.K // CPU_TILE[bwd])
+    nchunks = int(max(1, min(-(-_cus(ctx) * CPU_UNITS_PER_CU // tiles), geo.rows // 8, MAX_CHUNKS)))
+    rpc = -(-geo.rows // nchunks)
+    nchunks = -(-geo.rows // rpc)
+    spec = _spec("bn_reduce_cols_cpu", problem, 1, bwd, *cpu_grid(tiles * nchunks, 4))
+    args = (Tensor("x"), Tensor("dy") if bwd else ws, ws, np.int32(geo.K), np.int32(geo.rows))
+    args += (np.int32(geo.rstride), np.int32(rpc), np.int32(nchunks))
+    return Launch(spec, args), nchunks
+
+
 def _reduce_cols(ctx, problem, geo: PackedGeometry, bwd: bool, ws, flags: int) -> tuple[Launch, int]:
     item = problem.tensors()["x"].dtype.itemsize
+    if cpu_kernels(ctx) and item < 8 and geo.K % 8 == 0:
+        return _reduce_cols_cpu(ctx, problem, geo, bwd, ws)
     vw = _vw(ctx, item, geo.K % (VEC_BYTES // item) == 0 and geo.rstride % (VEC_BYTES // item) == 0)
     kv = -(-geo.K // vw)  # vector columns
     tx = min(32, 1 << (kv - 1).bit_length())  # work items across columns (a power of two)
@@ -117,7 +143,9 @@ def _apply(ctx, problem, geo: PackedGeometry, bwd: bool, ws, coef: int) -> Launc
     flat = apply_2d_layout(geo.n, geo.kd, geo.km, geo.kd2, geo.kmul2, 1, 1, False)
     if uses_2d_apply(ctx) and flat is not None and geo.n < 2**31:
         d0, kq, _, kmode, _, _ = flat
-        spec = _spec("bn_apply_2d", problem, 1, bwd, *apply_2d_grid(geo.n, d0))
+        item = problem.tensors()["x"].dtype.itemsize
+        name = "bn_apply_cpu" if cpu_kernels(ctx) and item < 8 and d0 % 8 == 0 else "bn_apply_2d"
+        spec = _spec(name, problem, 1, bwd, *apply_2d_grid(geo.n, d0))
         tail = (np.int64(coef), *(np.int32(v) for v in (geo.K, geo.n // d0, d0, kq, geo.km, kmode)))
         return Launch(spec, (*head, *tail))
     item = problem.tensors()["x"].dtype.itemsize
