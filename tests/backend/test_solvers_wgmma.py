@@ -78,8 +78,9 @@ def test_search_space_and_default(problem):
 
 def test_default_config_follows_the_problem():
     l3, l6, l9, l12 = (SOLVER.default_config(CTX, p) for p in RESNET)
-    assert l3 == wg_config(128, 64, 4) and l6 == wg_config(256, 128, 4)
-    assert l9 == wg_config(128, 128, 6)  # 256 x 128 would fill fewer than half of the SMs
+    # unsplit 128-row blocks are warp-specialized with 4 stages
+    assert l3 == wg_config(128, 64, 4, ws=1) and l6 == wg_config(256, 128, 4)
+    assert l9 == wg_config(128, 128, 4, ws=1)  # 256 x 128 would fill fewer than half of the SMs
     assert l3["split_k"] == 1 and l6["split_k"] == 1
     # 7x7 images: fewer tiles than SMs, so the reduction is split in a cluster
     assert l12["split_k"] > 1 and cluster_split(CTX, l12)
@@ -139,9 +140,12 @@ def test_warp_specialized_geometry():
     assert launch.spec.global_size == (98 * 640, 1)
     assert launch.shared_mem == 4 * (256 + 128) * 128 + 16 * 4 + 1024  # ring, mbarriers, slack
     assert not SOLVER.is_valid_config(CTX, problem, wg_config(256, 128, 4, split_k=2, ws=1))
-    # not yet run on a GPU: valid when asked for, never chosen by default or searched
-    assert not any(c["ws"] for c in SOLVER.search_space(CTX, problem))
-    assert not any(SOLVER.default_config(CTX, p)["ws"] for p in RESNET)
+    # searched unsplit only; the default where it is an unsplit 128-row block
+    space = list(SOLVER.search_space(CTX, problem))
+    assert any(c["ws"] for c in space) and all(c["split_k"] == 1 for c in space if c["ws"])
+    defaults = [SOLVER.default_config(CTX, p) for p in RESNET]
+    want = [(128, 1, 1), (256, 1, 0), (128, 1, 1), (128, 2, 0)]
+    assert [(d["bm"], d["split_k"], d["ws"]) for d in defaults] == want
 
 
 def test_cluster_split_geometry():

@@ -41,9 +41,8 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "bn": (64, 128, 256),  # GEMM columns per block: the wgmma's N
     "stages": (3, 4, 5, 6, 7, 8),  # k-tiles of 64 in the shared-memory ring
     "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction
-    # 1: one more warpgroup loads, signalling stages through mbarriers (no split). Built and
-    # checked on the CPU only so far: valid when asked for, but in no default or search space
-    # until it has been run against the reference and timed on an sm_90 GPU.
+    # 1: one more warpgroup loads, signalling stages through mbarriers (no split); unsplit
+    # 128-row defaults take it (see default_config)
     "ws": (0, 1),
 }
 FIELDS = tuple(DOMAIN)
@@ -191,7 +190,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         2026-11-22, scripts/bench_wgmma.py) these were the fastest of the search space on the
         ResNet-50 3x3 layers (28x28: 20.9 us for 256 x 128 against 22.2 for the best 128 x 128;
         14x14: 21.8 us for 128 x 128 unsplit against 24.9 for 256 x 128 split in 2; 7x7: 24.4 us
-        for 128 x 128 split in 2 against 29.0 for 256 x 128 split in 4)."""
+        for 128 x 128 split in 2 against 29.0 for 256 x 128 split in 4). An unsplit 128-row
+        choice then becomes the warp-specialized variant with 4 stages (ws): on the H200 (fp16
+        forward, 2026-11-22) 56x56 K64 went from 26.2 to 25.5 us and 14x14 K256 from 21.9 to
+        21.0 us; 256-row blocks and splits stay without it (28x28: 21.1 us against 22.0)."""
         k = self.width_of(problem)
         if k <= 64:
             config = wg_config(128, 64, 4)
@@ -202,6 +204,9 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         while config["stages"] > 3 and self.launch_smem(ctx, config) > smem_limit(ctx):
             config["stages"] -= 1
         config["split_k"] = self._default_split(ctx, problem, config)
+        specialised = {**config, "stages": 4, "ws": 1}
+        if config["bm"] == 128 and config["split_k"] == 1 and self.is_valid_config(ctx, problem, specialised):
+            config = specialised
         if not self.is_valid_config(ctx, problem, config):
             config = wg_config(64, 64, 3)
         return config
@@ -230,7 +235,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         """Every block tile (bn no wider than the next power of two of K, at least 64) with 3 to
         6 stages, each also split (2 to 8, clusters where the device has them) where the
         unsplit grid has fewer blocks than twice the SMs, into at most 4 blocks per SM with
-        MIN_SLICE_TILES k-tiles per slice. The default config where none is valid."""
+        MIN_SLICE_TILES k-tiles per slice; each unsplit one also warp-specialized (ws). The
+        default config where none is valid."""
         k = self.width_of(problem)
         cap = max(64, 1 << (k - 1).bit_length())
         cus = compute_units(ctx)
@@ -247,9 +253,12 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                     or self.k_tiles(problem, base) < split * MIN_SLICE_TILES
                 ):
                     continue
-                config = {**base, "split_k": split}  # ws = 0: see DOMAIN
+                config = {**base, "split_k": split}
                 if self.is_valid_config(ctx, problem, config):
                     out.append(config)
+                specialised = {**config, "ws": 1}  # no split: a producer warpgroup loads
+                if split == 1 and self.is_valid_config(ctx, problem, specialised):
+                    out.append(specialised)
         return out or [self.default_config(ctx, problem)]
 
 
