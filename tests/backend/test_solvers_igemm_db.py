@@ -2,7 +2,8 @@
 benchmark's 3x3 layers and installed with the package) and immediate mode's use of system
 records, on the CPU: a handle that looks like an H200 (sm_90, 132 SMs) reads the DBs the way a
 real one does, and make_solution (what immediate mode and find build solutions with) must take
-the record's config instead of the solver's default."""
+the record's config instead of the solver's default. The same file's find lists (a NORMAL find of
+every benchmark problem on the H200) must cover the benchmark and rank what immediate mode takes."""
 
 from __future__ import annotations
 
@@ -94,3 +95,55 @@ def test_a_planted_system_record_is_what_immediate_mode_uses(monkeypatch, tmp_pa
     assert make_solution(handle, problem, solver).config == mine
     handle.perf_db.store(view.key(), solver.name, {**default, "bm": 48})
     assert make_solution(handle, problem, solver).config == default
+
+
+# ---- the shipped find DB: immediate mode's ranking of the benchmark's layers on an H200 ----------
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "resnet50.txt"
+FIND_LAYOUTS = [("fp16", "NHWC"), ("bf16", "NHWC"), ("fp32", "NCHW"), ("fp32", "NHWC")]
+DRIVER = {"fp16": "convfp16", "bf16": "convbfp16", "fp32": "conv"}
+
+
+def benchmark_problems():
+    """benchmarks/conv.py's problems: every ResNet-50 line in every direction, fp16 and bf16 in
+    NHWC, fp32 in NCHW and NHWC."""
+    lines = [ln.split("#", 1)[0].strip() for ln in BENCH.read_text().splitlines()]
+    for line in filter(None, lines):
+        for dtype, layout in FIND_LAYOUTS:
+            text = (
+                line.replace("conv ", f"{DRIVER[dtype]} ", 1) + f" -I {layout} -O {layout} -f {layout} -F 0"
+            )
+            yield from workload.problems_from_line(text)
+
+
+def test_shipped_find_db_ranks_every_benchmark_layer(monkeypatch, tmp_path):
+    """Every problem of the benchmark has a shipped ranked list; each list's first record whose
+    solver applies here (cuBLASLt's records need the library, absent on a CPU machine) is what
+    immediate mode's find-DB path returns first, with the record's config; and `miopy db check`
+    finds nothing else wrong with the shipped file against today's solvers."""
+    from miopy.db.find_db import FindDb
+    from miopy.engine.find import _from_find_db
+    from miopy.tool import db as db_tool
+
+    handle = h200(monkeypatch, tmp_path, SHIPPED)
+    handle.find_db = FindDb(BASE, "cuda")
+    problems = list(benchmark_problems())
+    assert len(problems) == 13 * 3 * len(FIND_LAYOUTS)
+    firsts = set()
+    for problem in problems:
+        records = handle.find_db.load(problem.key(), primitive="conv")
+        assert records, problem.key()
+        view = problem.solver_view()
+        usable = [r for r in records if by_name(r.solver, "conv").applicability(handle, view) is None]
+        if not usable:  # only cuBLASLt ranked here
+            continue
+        found = _from_find_db(handle, problem)
+        assert found and found[0].solver == usable[0].solver, problem.key()
+        if usable[0].config is not None:
+            assert found[0].config == usable[0].config
+        firsts.add(found[0].solver)
+    assert {"ConvWgmmaFwdNhwc", "ConvIgemmFwdTf32x3", "ConvWinogradWrwF2x3Tf32x3"} <= firsts
+    report = db_tool.check(include_system=True)
+    shipped = [f for f in report["files"] if f["where"] == "system"]
+    assert shipped and shipped[0]["records"] > 400
+    other = [p for p in shipped[0]["problems"] if "cuBLASLt is not available" not in p]
+    assert other == []
