@@ -101,6 +101,29 @@ def pad_launch(dtype: DataType, src: Any, dst: Any, src_geom: tuple, dst_geom: t
     return Launch(spec, (src, dst, np.int64(rows_dst), np.int64(rows_src)))
 
 
+def relocated_launches(
+    solver: str, gemm: Program, operands: dict[str, Any], base: int | None
+) -> list[Launch]:
+    """``gemm``'s launches as a padded solver runs them: each Tensor argument replaced by
+    ``operands[role]`` (the padded copy of that tensor, or the tensor itself) and each Workspace
+    argument moved ``base`` bytes on, past the copies. ``solver`` names the caller in the error
+    raised for a step that is not a kernel launch."""
+
+    def place(arg: Any) -> Any:
+        if isinstance(arg, Tensor):
+            return operands[arg.role]
+        if isinstance(arg, Workspace):
+            return Workspace(base + arg.offset)
+        return arg
+
+    out: list[Launch] = []
+    for step in gemm.steps:
+        if not isinstance(step, Launch):
+            raise bad("step", type(step).__name__, f"{solver} places kernel launches only")
+        out.append(dataclasses.replace(step, args=tuple(place(a) for a in step.args)))
+    return out
+
+
 class _Parts:
     """Hands out 256-byte aligned parts of the workspace."""
 
@@ -175,18 +198,7 @@ class PaddedIgemmSolver(TunableSolver):
         gemm = self.gemm_program(ctx, padded, config)
         base = parts.take(gemm.workspace).offset if gemm.workspace else None
         out = operands[inner.writes]
-
-        def place(arg: Any) -> Any:
-            if isinstance(arg, Tensor):
-                return operands[arg.role]
-            if isinstance(arg, Workspace):
-                return Workspace(base + arg.offset)
-            return arg
-
-        for step in gemm.steps:
-            if not isinstance(step, Launch):
-                raise bad("step", type(step).__name__, f"{self.name} places kernel launches only")
-            steps.append(dataclasses.replace(step, args=tuple(place(a) for a in step.args)))
+        steps.extend(relocated_launches(self.name, gemm, operands, base))
         if out != Tensor(inner.writes):
             real, wide = self.geometries(problem, padded, inner.writes)
             steps.append(pad_launch(dtype, out, Tensor(inner.writes), wide, real))

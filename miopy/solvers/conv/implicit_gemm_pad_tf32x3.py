@@ -19,7 +19,6 @@ is the inner solver's, on the padded problem."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -30,14 +29,15 @@ from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import TunableSolver
 from miopy.solvers.conv.common import grid_for
-from miopy.solvers.conv.igemm_common import cuda_2d_reason, is_nhwc
-from miopy.solvers.conv.igemm_padded import pad_launch
+from miopy.solvers.conv.igemm_common import is_nhwc
+from miopy.solvers.conv.igemm_padded import pad_launch, relocated_launches
 from miopy.solvers.conv.implicit_gemm_tf32x3 import (
     ConvIgemmBwdTf32x3,
     ConvIgemmFwdTf32x3,
     Tf32x3Solver,
     align,
-    packed_as,
+    fp32_ungrouped_reason,
+    unpacked_reason,
 )
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.tensor import DataType, TensorDesc
@@ -129,17 +129,9 @@ class PaddedTf32x3Solver(TunableSolver):
     inner: ClassVar[Tf32x3Solver]
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        why = cuda_2d_reason(ctx, problem, self.inner.direction)
+        why = fp32_ungrouped_reason(ctx, problem, self.inner.direction) or unpacked_reason(problem)
         if why:
             return why
-        if problem.dtype is not DataType.FP32:
-            return f"dtype is {problem.dtype.value}, not FP32"
-        if problem.conv.groups != 1:
-            return f"groups={problem.conv.groups}"
-        for role in ("x", "y", "w"):
-            desc = getattr(problem, role)
-            if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
-                return f"{role} is neither packed NHWC nor packed NCHW"
         if not changed_roles(problem):
             return f"C={problem.x.lens[1]} and K={problem.w.lens[0]} are multiples of 4: nothing to pad"
         return self.inner.is_applicable(ctx, padded_tf32x3_problem(problem))
@@ -179,18 +171,7 @@ class PaddedTf32x3Solver(TunableSolver):
         gemm = self.inner.get_program(ctx, padded, config)
         base = size
         size += align(gemm.workspace)
-
-        def place(arg: Any) -> Any:
-            if isinstance(arg, Tensor):
-                return operands[arg.role]
-            if isinstance(arg, Workspace):
-                return Workspace(base + arg.offset)
-            return arg
-
-        for step in gemm.steps:
-            if not isinstance(step, Launch):
-                raise bad("step", type(step).__name__, f"{self.name} places kernel launches only")
-            steps.append(dataclasses.replace(step, args=tuple(place(a) for a in step.args)))
+        steps.extend(relocated_launches(self.name, gemm, operands, base))
         if written in changed_roles(problem):
             steps.append(cut_launch(problem, padded, written, operands[written]))
         return Program(tuple(steps), size, {"precision": "3xtf32"})

@@ -31,20 +31,20 @@ import numpy as np
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
 from miopy.solvers.conv.common import grid_for
-from miopy.solvers.conv.igemm_common import INT32_MAX, cuda_2d_reason, is_nhwc
+from miopy.solvers.conv.igemm_common import INT32_MAX, is_nhwc
 from miopy.solvers.conv.implicit_gemm_tf32x3 import (
     GemmShape,
     _Tf32x3Solver,
+    fp32_ungrouped_reason,
     grid_1d,
     grid_blocks,
-    packed_as,
     region_operand,
     smem_bytes,
     split_gemm_spec,
     transpose_launch,
+    unpacked_reason,
     workspace_regions,
 )
-from miopy.tensor import DataType
 
 
 def phase_windows(size: int, stride: int, pad: int) -> tuple[int, int]:
@@ -147,17 +147,9 @@ class ConvIgemmBwdPhaseTf32x3(_Tf32x3Solver):
 
 def phase_reason(ctx, problem: ConvProblem) -> str | None:
     """Why ConvIgemmBwdPhaseTf32x3 cannot take ``problem`` (None when it can)."""
-    why = cuda_2d_reason(ctx, problem, Direction.BACKWARD_DATA)
+    why = fp32_ungrouped_reason(ctx, problem, Direction.BACKWARD_DATA) or unpacked_reason(problem)
     if why:
         return why
-    if problem.dtype is not DataType.FP32:
-        return f"dtype is {problem.dtype.value}, not FP32"
-    if problem.conv.groups != 1:
-        return f"groups={problem.conv.groups}"
-    for role in ("x", "y", "w"):
-        desc = getattr(problem, role)
-        if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
-            return f"{role} is neither packed NHWC nor packed NCHW"
     k = problem.w.lens[0]
     if k % 4:
         return f"K={k} must be a multiple of 4"

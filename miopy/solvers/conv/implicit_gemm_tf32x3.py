@@ -158,6 +158,29 @@ def packed_as(desc, layout: str) -> bool:
     return tuple(desc.strides) == packed_strides(tuple(desc.lens), layout)
 
 
+def fp32_ungrouped_reason(ctx, problem: ConvProblem, direction: Direction) -> str | None:
+    """Why a 3xTF32 solver cannot take ``problem`` on the grounds all of them share: not a CUDA
+    2-D problem of ``direction``, not fp32, or grouped (None when none of these holds)."""
+    why = cuda_2d_reason(ctx, problem, direction)
+    if why:
+        return why
+    if problem.dtype is not DataType.FP32:
+        return f"dtype is {problem.dtype.value}, not FP32"
+    if problem.conv.groups != 1:
+        return f"groups={problem.conv.groups}"
+    return None
+
+
+def unpacked_reason(problem: ConvProblem) -> str | None:
+    """The first of x, y, w that is neither packed NHWC nor packed NCHW, as a reason (None when
+    every tensor is one of the two)."""
+    for role in ("x", "y", "w"):
+        desc = getattr(problem, role)
+        if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
+            return f"{role} is neither packed NHWC nor packed NCHW"
+    return None
+
+
 def align(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
@@ -219,17 +242,9 @@ class Tf32x3Solver(TunableSolver):
 
     # ---- applicability ---------------------------------------------------------------------------
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        why = cuda_2d_reason(ctx, problem, self.direction)
+        why = fp32_ungrouped_reason(ctx, problem, self.direction) or unpacked_reason(problem)
         if why:
             return why
-        if problem.dtype is not DataType.FP32:
-            return f"dtype is {problem.dtype.value}, not FP32"
-        if problem.conv.groups != 1:
-            return f"groups={problem.conv.groups}"
-        for role in ("x", "y", "w"):
-            desc = getattr(problem, role)
-            if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
-                return f"{role} is neither packed NHWC nor packed NCHW"
         c, k = problem.x.lens[1], problem.w.lens[0]
         if c % 4 or k % 4:
             return f"C={c} and K={k} must be multiples of 4"

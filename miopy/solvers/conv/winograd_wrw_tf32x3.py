@@ -31,13 +31,14 @@ import numpy as np
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Step, Tensor, Workspace
 from miopy.solvers.conv.common import grid_for
-from miopy.solvers.conv.igemm_common import INT32_MAX, compute_units, cuda_2d_reason, is_nhwc, threads
+from miopy.solvers.conv.igemm_common import INT32_MAX, compute_units, is_nhwc, threads
 from miopy.solvers.conv.implicit_gemm_tf32x3 import (
     Tf32x3Solver,
+    fp32_ungrouped_reason,
     gemm_shape,
     grid_1d,
-    packed_as,
     transpose_launch,
+    unpacked_reason,
     workspace_regions,
 )
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import (
@@ -96,23 +97,18 @@ class ConvWinogradWrwF2x3Tf32x3(Tf32x3Solver):
     direction = Direction.BACKWARD_WEIGHTS
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
-        why = cuda_2d_reason(ctx, problem, self.direction)
+        why = fp32_ungrouped_reason(ctx, problem, self.direction)
         if why:
             return why
-        if problem.dtype is not DataType.FP32:
-            return f"dtype is {problem.dtype.value}, not FP32"
-        if problem.conv.groups != 1:
-            return f"groups={problem.conv.groups}"
         if tuple(problem.w.lens[2:]) != (3, 3):
             return f"filter {tuple(problem.w.lens[2:])}: F(2x2, 3x3) needs 3x3"
         if tuple(problem.conv.strides) != (1, 1) or tuple(problem.conv.dilations) != (1, 1):
             return "Winograd F(2x2, 3x3) needs stride 1 and dilation 1"
         if not all(0 <= p <= 2 for p in problem.pads):
             return f"padding {tuple(problem.pads)}: 0 to 2"
-        for role in ("x", "y", "w"):
-            desc = getattr(problem, role)
-            if not (packed_as(desc, "NHWC") or packed_as(desc, "NCHW")):
-                return f"{role} is neither packed NHWC nor packed NCHW"
+        why = unpacked_reason(problem)
+        if why:
+            return why
         g = geometry(problem)
         if POSITIONS * g["T"] * max(g["C4"], g["K4"]) > INT32_MAX:
             return "the transformed tensors have 2^31 elements or more"
