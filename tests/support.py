@@ -99,10 +99,11 @@ def random_nhwc_problem(
     batch: int = 5,
     filter_size: int = 6,
     pad: int = 3,
+    side: int = 20,
 ) -> ConvProblem:
     """A random 2-D packed NHWC problem for the tensor-core solvers: C and K from
     ``channels(rng)`` (drawn again where it gives None), batch 1 to ``batch`` - 1, image sides
-    1 to 19, filter sides 1 to ``filter_size`` - 1, padding 0 to ``pad`` - 1, strides 1 to 3,
+    1 to ``side`` - 1, filter sides 1 to ``filter_size`` - 1, padding 0 to ``pad`` - 1, strides 1 to 3,
     dilations 1 to 2; drawn again where the filter does not fit."""
     while True:
         drawn = channels(rng)
@@ -110,7 +111,7 @@ def random_nhwc_problem(
             continue
         c, k = drawn
         try:
-            x = TensorDesc(dtype, (int(rng.integers(1, batch)), c, *rng.integers(1, 20, 2)), layout="NHWC")
+            x = TensorDesc(dtype, (int(rng.integers(1, batch)), c, *rng.integers(1, side, 2)), layout="NHWC")
             w = TensorDesc(dtype, (k, c, *rng.integers(1, filter_size, 2)), layout="NHWC")
             conv = ConvDesc(
                 pads=tuple(rng.integers(0, pad, 2)),

@@ -278,22 +278,12 @@ def check(handle, problem: ConvProblem, rng, config=None) -> float:
 def test_igemm_random_problems(handle, dtype):
     """Default configs on random problems: channels, sizes, filters, strides, padding, dilation."""
     rng = np.random.default_rng({"fp16": 41, "bf16": 42}[dtype])
-    done = 0
-    while done < 10:
-        c, k = 8 * int(rng.integers(1, 9)), 8 * int(rng.integers(1, 25))
-        try:
-            problem = make(
-                dtype,
-                (int(rng.integers(1, 5)), c, *rng.integers(1, 20, 2)),
-                (k, c, *rng.integers(1, 6, 2)),
-                pads=tuple(rng.integers(0, 3, 2)),
-                strides=tuple(rng.integers(1, 4, 2)),
-                dilations=tuple(rng.integers(1, 3, 2)),
-            )
-        except ValueError:
-            continue
-        check(handle, problem, rng)
-        done += 1
+
+    def channels(r):
+        return (8 * int(r.integers(1, 9)), 8 * int(r.integers(1, 25)))
+
+    for _ in range(10):
+        check(handle, support.random_nhwc_problem(rng, dtype, "F", channels), rng)
 
 
 @pytest.mark.gpu

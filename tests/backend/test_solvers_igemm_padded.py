@@ -449,22 +449,12 @@ def test_c4_random_problems(handle, dtype):
     """Default configs on random problems of 1 to 4 channels, the stem at batch 2."""
     rng = np.random.default_rng({"fp16": 76, "bf16": 77}[dtype])
     support.check_solver(handle, C4, stem("F", batch=2, dtype=dtype), rng)
+
+    def channels(r):
+        return (int(r.integers(1, 5)), int(r.choice([3, 8, 16, 24, 64])))
+
     for _ in range(10):
-        while True:
-            c, k = int(rng.integers(1, 5)), int(rng.choice([3, 8, 16, 24, 64]))
-            try:
-                problem = make(
-                    dtype,
-                    (int(rng.integers(1, 4)), c, *rng.integers(1, 20, 2)),
-                    (k, c, *rng.integers(1, 8, 2)),
-                    "F",
-                    pads=tuple(rng.integers(0, 4, 2)),
-                    strides=tuple(rng.integers(1, 4, 2)),
-                    dilations=tuple(rng.integers(1, 3, 2)),
-                )
-                break
-            except (ValueError, BadParm):
-                continue
+        problem = support.random_nhwc_problem(rng, dtype, "F", channels, batch=4, filter_size=8, pad=4)
         support.check_solver(handle, C4, problem, rng)
 
 

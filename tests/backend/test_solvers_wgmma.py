@@ -248,22 +248,12 @@ def test_wgmma_random_problems(handle, dtype):
     """Default configs on random problems: odd channel multiples of 8, sizes, filters, strides,
     padding, dilation; M rarely a multiple of the tile."""
     rng = np.random.default_rng({"fp16": 51, "bf16": 52}[dtype])
-    done = 0
-    while done < 12:
-        c, k = 8 * int(rng.integers(1, 13)), 8 * int(rng.integers(1, 41))
-        try:
-            problem = make(
-                dtype,
-                (int(rng.integers(1, 5)), c, *rng.integers(1, 24, 2)),
-                (k, c, *rng.integers(1, 6, 2)),
-                pads=tuple(rng.integers(0, 3, 2)),
-                strides=tuple(rng.integers(1, 4, 2)),
-                dilations=tuple(rng.integers(1, 3, 2)),
-            )
-        except ValueError:
-            continue
-        check(handle, problem, rng)
-        done += 1
+
+    def channels(r):
+        return (8 * int(r.integers(1, 13)), 8 * int(r.integers(1, 41)))
+
+    for _ in range(12):
+        check(handle, support.random_nhwc_problem(rng, dtype, "F", channels, side=24), rng)
 
 
 @pytest.mark.gpu
