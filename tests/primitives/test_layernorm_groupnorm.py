@@ -16,6 +16,17 @@ from miopy.solvers import SOLVERS
 from miopy.tensor import from_storage
 
 
+def errors_against_reference(ocl, problem, solver, rng, offset: float) -> dict[str, float]:
+    """Runs ``solver`` on OpenCL on random buffers of ``problem`` (data around ``offset``) and
+    returns each output role's error against the NumPy reference (rms over the range)."""
+    bufs = ref.random_buffers(problem, rng, offset=offset)
+    want = ref.reference(problem, bufs)
+    make_solution(ocl, problem, solver).run(ocl, bufs)
+    t = problem.tensors()
+    got = {role: from_storage(view(bufs[role], t[role]), t[role].dtype) for role in want}
+    return {role: rms_range(got[role], w) for role, w in want.items()}
+
+
 def test_keys_round_trip():
     for p in (
         LayerNormProblem(NdDesc("fp16", (4, 3, 5)), 1, 1e-5, 1, "B"),
@@ -56,12 +67,7 @@ def test_large_mean(ocl, primitive):
         for solver in SOLVERS[primitive]:
             if solver.is_applicable(ocl, p) is not None:
                 continue
-            bufs = ref.random_buffers(p, rng, offset=1000.0)
-            want = ref.reference(p, bufs)
-            make_solution(ocl, p, solver).run(ocl, bufs)
-            t = p.tensors()
-            for role, w in want.items():
-                err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+            for role, err in errors_against_reference(ocl, p, solver, rng, 1000.0).items():
                 assert err < 1e-5, f"{solver.name} {p.key()} {role}: {err}"
 
 
@@ -120,12 +126,7 @@ def test_groupnorm_nhwc_cpu_kernels(ocl, dtype):
                 if affine and d == "B":
                     assert "norm_pgrad_cyc_cpu" in names, names
                 solver = next(s for s in SOLVERS["groupnorm"] if s.name == names_of[d])
-                bufs = ref.random_buffers(p, rng, offset=offset)
-                want = ref.reference(p, bufs)
-                make_solution(ocl, p, solver).run(ocl, bufs)
-                t = p.tensors()
-                for role, w in want.items():
-                    err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
                     assert err < tol, f"{p.key()} {role}: {err}"
 
 
@@ -145,12 +146,7 @@ def test_layernorm_rows_cpu_kernels(ocl, dtype):
                 names = _kernels(ocl, p, names_of[d])
                 assert names[0] == ("ln_rows_fwd_cpu" if d == "F" else "ln_rows_bwd_cpu"), names
                 solver = next(s for s in SOLVERS["layernorm"] if s.name == names_of[d])
-                bufs = ref.random_buffers(p, rng, offset=offset)
-                want = ref.reference(p, bufs)
-                make_solution(ocl, p, solver).run(ocl, bufs)
-                t = p.tensors()
-                for role, w in want.items():
-                    err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
                     assert err < tol, f"{p.key()} {role}: {err}"
 
 
@@ -166,12 +162,7 @@ def test_groupnorm_many_chunks(ocl, layout):
         p = GroupNormProblem(x, 4, 1e-5, 1, d)
         solver = next(s for s in SOLVERS["groupnorm"] if s.name.endswith("Packed") and s.kind == p.norm_kind)
         assert solver.is_applicable(ocl, p) is None
-        bufs = ref.random_buffers(p, rng, offset=10.0)
-        want = ref.reference(p, bufs)
-        make_solution(ocl, p, solver).run(ocl, bufs)
-        t = p.tensors()
-        for role, w in want.items():
-            err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+        for role, err in errors_against_reference(ocl, p, solver, rng, 10.0).items():
             assert err < 1e-5, f"{p.key()} {role}: {err}"
 
 
@@ -218,13 +209,8 @@ def test_one_pass_rows(ocl, make):
         solver = next(s for s in SOLVERS[p.primitive] if s.name == name)
         assert solver.is_applicable(ocl, p) is None, p.key()
         for offset in (0.0, 50.0):
-            bufs = ref.random_buffers(p, rng, offset=offset)
-            want = ref.reference(p, bufs)
-            make_solution(ocl, p, solver).run(ocl, bufs)
-            t = p.tensors()
             limit = {"FP32": 2e-6, "FP16": 2e-3, "BF16": 1.6e-2}[p.dtype.value]
-            for role, w in want.items():
-                err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+            for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
                 assert err < limit, f"{name} {p.key()} {role} offset {offset}: {err}"
 
 
@@ -262,11 +248,6 @@ def test_groupnorm_nhwc_one_pass_gpu_kernel_on_opencl(ocl, monkeypatch, dtype):
             p = GroupNormProblem(NdDesc(dtype, lens, channels_last_strides(lens)), groups, 1e-5, affine, "F")
             assert solver.is_applicable(ocl, p) is None, p.key()
             for offset in (0.0, 50.0):
-                bufs = ref.random_buffers(p, rng, offset=offset)
-                want = ref.reference(p, bufs)
-                make_solution(ocl, p, solver).run(ocl, bufs)
-                t = p.tensors()
-                for role, w in want.items():
-                    err = rms_range(from_storage(view(bufs[role], t[role]), t[role].dtype), w)
+                for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
                     assert err < limit, f"{p.key()} {role} offset {offset}: {err}"
     assert "channels-last" in solver.is_applicable(ocl, GroupNormProblem(NdDesc("fp32", (2, 4, 3, 3)), 2))
