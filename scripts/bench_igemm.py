@@ -89,11 +89,12 @@ ITERS, REPS, SETS = 100, 5, 3
 device_us = Timer(iters=ITERS, reps=REPS, sleep_cycles=40_000_000)
 
 
-def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
-    """Device time of the first other applicable solver (what immediate mode ran before)."""
+def time_today(handle, problem, xb, wb, yb, solver=SOLVER) -> tuple[str, float]:
+    """Device time of the first applicable solver other than ``solver`` (the one benchmarked):
+    what immediate mode ran before it."""
     from miopy.engine.candidates import applicable
 
-    other = [s for s in applicable(handle, problem) if s.name != SOLVER.name][0]
+    other = [s for s in applicable(handle, problem) if s.name != solver.name][0]
     sol = make_solution(handle, problem, other)
     invoker = handle.prepare_invoker(sol)
     ws = handle.backend.alloc(sol.workspace) if sol.workspace else None

@@ -19,10 +19,10 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from bench_igemm import check_and_time, device_us, handle_next_to_cudnn, kernel_facts
+from bench_igemm import check_and_time, device_us, handle_next_to_cudnn, kernel_facts, time_today
 
 from miopy.engine.bench import compile_all
-from miopy.engine.candidates import applicable, make_solution
+from miopy.engine.candidates import make_solution
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solution import InvokeArgs
 from miopy.solvers.conv.implicit_gemm_wgmma import (
@@ -37,16 +37,6 @@ SOLVER = ConvWgmmaFwdNhwc()
 BATCH = 32
 LAYERS = [(64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512)]  # (C, H=W, K), 3x3, pad 1
 SETS = 3
-
-
-def time_today(handle, problem, xb, wb, yb) -> tuple[str, float]:
-    """Device time of the first applicable solver after this one (what immediate mode ran before)."""
-    other = [s for s in applicable(handle, problem) if s.name != SOLVER.name][0]
-    sol = make_solution(handle, problem, other)
-    invoker = handle.prepare_invoker(sol)
-    ws = handle.backend.alloc(sol.workspace) if sol.workspace else None
-    fns = [functools.partial(invoker, InvokeArgs({"x": xb[i], "w": wb, "y": yb[i]}, ws)) for i in range(SETS)]
-    return other.name, device_us(fns, iters=20)
 
 
 def problem_of(dtype: str, n: int, c: int, hw: int, k: int, f: int, pad: int) -> ConvProblem:
@@ -175,7 +165,7 @@ def main() -> int:
 
             tensor_sets = [{"x": xb[i], "w": wb, "y": yb[i]} for i in range(SETS)]
             rows = check_and_time(handle, sols, tensor_sets, ys, refs, flops, facts)
-            today = time_today(handle, problem, xb, wb, yb)
+            today = time_today(handle, problem, xb, wb, yb, SOLVER)
             ok = [r for r in rows if r["err"] < 2e-2]
             best = min(ok, key=lambda r: r["us"]) if ok else None
             layer = f"C{c} {hw}x{hw} K{k}"
