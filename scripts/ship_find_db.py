@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import shutil
 import sqlite3
 import sys
 from pathlib import Path
+
+from tune_igemm_db import has_table, seal
 
 ROOT = Path(__file__).resolve().parents[1]
 FIND_COLUMNS = "primitive, problem_key, rank, solver, time_ms, workspace, algorithm, params, version"
@@ -31,10 +34,6 @@ def base_of(source: Path) -> str:
     if not name.endswith(".cuda.udb"):
         raise SystemExit(f"ship_find_db: {source}: expected a CUDA user DB, <basename>.cuda.udb")
     return name.removesuffix(".cuda.udb")
-
-
-def has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchall())
 
 
 def ship(source: Path, out_dir: Path) -> tuple[Path, list[str]]:
@@ -55,19 +54,16 @@ def ship(source: Path, out_dir: Path) -> tuple[Path, list[str]]:
         perf = (
             src.execute(f"SELECT {PERF_COLUMNS} FROM perf_db").fetchall() if has_table(src, "perf_db") else []
         )
-        problems = sorted({(r[0], r[1]) for r in rows})
-        for primitive, key in problems:
+        for (primitive, key), group in itertools.groupby(rows, key=lambda r: (r[0], r[1])):
             new.execute("DELETE FROM find_db WHERE primitive = ? AND problem_key = ?", (primitive, key))
-            ranked = [r for r in rows if (r[0], r[1]) == (primitive, key)]
-            best = ranked[0]
-            lines.append(f"{primitive} {key}: {best[3]} {best[4] * 1e3:.1f} us first of {len(ranked)}")
+            best, *rest = group  # ordered by rank
+            lines.append(f"{primitive} {key}: {best[3]} {best[4] * 1e3:.1f} us first of {1 + len(rest)}")
         new.executemany(f"INSERT INTO find_db ({FIND_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         new.executemany(f"INSERT OR IGNORE INTO perf_db ({PERF_COLUMNS}) VALUES (?, ?, ?, ?, ?)", perf)
         new.commit()
-        new.execute("PRAGMA journal_mode=DELETE")  # a system DB is opened read-only: no WAL
-    with sqlite3.connect(tmp) as new:
-        new.execute("VACUUM")
-    shutil.move(tmp, dst)
+    src.close()
+    new.close()  # a connection's `with` commits but leaves it open
+    seal(tmp, dst)
     return dst, lines
 
 

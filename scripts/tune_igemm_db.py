@@ -13,6 +13,7 @@ for other problems are kept (the new ones win)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import shutil
@@ -119,7 +120,7 @@ def install(user_dir: Path, out_dir: Path, basename: str) -> Path:
     with sqlite3.connect(src) as conn, sqlite3.connect(tmp) as new:
         conn.backup(new)
     with sqlite3.connect(tmp) as new:
-        if _has_table(new, "find_db"):
+        if has_table(new, "find_db"):
             new.execute("DELETE FROM find_db")
         if dst.exists():
             new.execute("ATTACH DATABASE ? AS old", (str(dst),))
@@ -130,14 +131,21 @@ def install(user_dir: Path, out_dir: Path, basename: str) -> Path:
             new.commit()
             new.execute("DETACH DATABASE old")
         new.commit()
-        new.execute("PRAGMA journal_mode=DELETE")
-    with sqlite3.connect(tmp) as new:
-        new.execute("VACUUM")
-    shutil.move(tmp, dst)
+    new.close()  # a connection's `with` commits but leaves it open
+    seal(tmp, dst)
     return dst
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+def seal(tmp: Path, dst: Path) -> None:
+    """``tmp`` made a plain rollback-journal file (a system DB is opened read-only: no WAL),
+    compacted, and moved over ``dst``."""
+    with contextlib.closing(sqlite3.connect(tmp)) as new:
+        new.execute("PRAGMA journal_mode=DELETE")
+        new.execute("VACUUM")
+    shutil.move(tmp, dst)
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
     return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchall())
 
 
