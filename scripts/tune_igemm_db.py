@@ -111,7 +111,8 @@ def tune_all(
 
 def install(user_dir: Path, out_dir: Path, basename: str) -> Path:
     """The scratch user DB's perf records merged into ``out_dir/<basename>.db`` (a plain
-    rollback-journal file, as a read-only system DB is opened)."""
+    rollback-journal file, as a read-only system DB is opened); the file's find lists are kept
+    and tuning's own find records are not shipped."""
     src = user_dir / f"{basename}.cuda.udb"
     dst = out_dir / f"{basename}.db"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +129,8 @@ def install(user_dir: Path, out_dir: Path, basename: str) -> Path:
                 "INSERT OR IGNORE INTO perf_db SELECT primitive, problem_key, solver, params, version "
                 "FROM old.perf_db"
             )
+            if has_table(new, "find_db"):  # the shipped find lists (scripts/ship_find_db.py) stay
+                new.execute("INSERT INTO find_db SELECT * FROM old.find_db")
             new.commit()
             new.execute("DETACH DATABASE old")
         new.commit()
