@@ -6,7 +6,12 @@ a sleep kernel, rotating input sets, median of repeats); every config is checked
 output first. Before the sweep, a few small GEMM-like problems show where wrong outputs lie (by
 row and column block), should any config be wrong. Needs torch, cupy and cuda-bindings.
 
-    python scripts/bench_wgmma.py [--dtypes fp16] [--layers 0,1,2,3] [--configs all|default] [--json out.json]
+    python scripts/bench_wgmma.py [--dtypes fp16] [--layers 0,1,2,3] [--directions F,B]
+        [--configs all|wide|focus|default] [--flush] [--json out.json]
+
+``--directions B`` sweeps ConvWgmmaBwdNhwc (backward data) against cuDNN's dx; ``--configs focus``
+keeps the 4-stage configs that are warp-specialized or of 256 rows, split at most 4 ways (the
+default first); ``--flush`` times with the L2 flushed before each launch, as benchmarks/conv.py does.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from bench_igemm import check_and_time, device_us, handle_next_to_cudnn, kernel_facts, time_today
+from bench_igemm import check_and_time, cudnn_grad, device_us, handle_next_to_cudnn, kernel_facts, time_today
+from timing import Timer
 
 from miopy.engine.bench import compile_all
 from miopy.engine.candidates import make_solution
@@ -28,7 +34,6 @@ from miopy.solution import InvokeArgs
 from miopy.solvers.conv.implicit_gemm_wgmma import (
     ConvWgmmaBwdNhwc,
     ConvWgmmaFwdNhwc,
-    grid_blocks,
     wg_config,
 )
 from miopy.tensor import TensorDesc
@@ -37,15 +42,25 @@ SOLVER = ConvWgmmaFwdNhwc()
 BATCH = 32
 LAYERS = [(64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512)]  # (C, H=W, K), 3x3, pad 1
 SETS = 3
+flushed_us = Timer(iters=40, reps=5, sleep_cycles=20_000_000, flush_l2=True)
 
 
-def problem_of(dtype: str, n: int, c: int, hw: int, k: int, f: int, pad: int) -> ConvProblem:
+def problem_of(
+    dtype: str, n: int, c: int, hw: int, k: int, f: int, pad: int, direction: str = "F"
+) -> ConvProblem:
     return ConvProblem.create(
         TensorDesc(dtype, (n, c, hw, hw), layout="NHWC"),
         TensorDesc(dtype, (k, c, f, f), layout="NHWC"),
         ConvDesc((pad, pad)),
-        "F",
+        direction,
     )
+
+
+def focus(space: list[dict]) -> list[dict]:
+    """The configs with 4 stages, warp-specialized or of 256 rows, split at most 4 ways, and the
+    earlier default of the 7x7 layer (128 x 128, 6 stages, split 2)."""
+    keep = [c for c in space if c["stages"] == 4 and (c["ws"] or c["bm"] == 256) and c["split_k"] <= 4]
+    return keep + [c for c in space if c == wg_config(128, 128, 6, 2)]
 
 
 def diagnose(handle) -> None:
@@ -121,7 +136,9 @@ def diagnose_bwd(handle) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--configs", default="all", choices=["all", "wide", "default"])
+    ap.add_argument("--configs", default="all", choices=["all", "wide", "focus", "default"])
+    ap.add_argument("--directions", default="F")
+    ap.add_argument("--flush", action="store_true")
     ap.add_argument("--layers", default="0,1,2,3")
     ap.add_argument("--json", default="")
     ap.add_argument("--no-diag", action="store_true")
@@ -134,8 +151,10 @@ def main() -> int:
             except Exception as exc:  # reported; the sweep still runs
                 print(f"{diag.__name__} failed: {type(exc).__name__}: {exc}", flush=True)
     results = []
-    for dtype in args.dtypes.split(","):
+    timer = flushed_us if args.flush else device_us
+    for dtype, direction in [(t, d) for t in args.dtypes.split(",") for d in args.directions.split(",")]:
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        solver = SOLVER if direction == "F" else ConvWgmmaBwdNhwc()
         for c, hw, k in [LAYERS[int(i)] for i in args.layers.split(",")]:
             xs = [
                 torch.randn(BATCH, c, hw, hw, device="cuda", dtype=tdt).to(memory_format=torch.channels_last)
@@ -143,38 +162,53 @@ def main() -> int:
             ]
             w = (torch.randn(k, c, 3, 3, device="cuda") / (c * 9) ** 0.5).to(tdt)
             w = w.to(memory_format=torch.channels_last)
-            refs = [F.conv2d(x, w, padding=1) for x in xs]
-            ys = [torch.empty_like(r) for r in refs]
-            cudnn = device_us([functools.partial(F.conv2d, x, w, padding=1) for x in xs])
-            problem = problem_of(dtype, BATCH, c, hw, k, 3, 1)
+            if direction == "F":
+                ins = xs
+                refs = [F.conv2d(x, w, padding=1) for x in xs]
+                cudnn = device_us([functools.partial(F.conv2d, x, w, padding=1) for x in xs])
+            else:  # the inputs are dy (K channels), the outputs dx
+                ins = [torch.randn_like(F.conv2d(x, w, padding=1)) for x in xs]
+                refs = [cudnn_grad("B", x, dy, w, 1, 1) for x, dy in zip(xs, ins)]
+                cudnn = device_us(
+                    [functools.partial(cudnn_grad, "B", x, dy, w, 1, 1) for x, dy in zip(xs, ins)]
+                )
+            outs = [torch.empty_like(r) for r in refs]
+            problem = problem_of(dtype, BATCH, c, hw, k, 3, 1, direction)
             flops = 2.0 * BATCH * hw * hw * k * c * 9
-            configs = [SOLVER.default_config(handle, problem)]
+            configs = [solver.default_config(handle, problem)]
             if args.configs != "default":
-                space = SOLVER.search_space(handle, problem)
+                space = list(solver.search_space(handle, problem))
                 if args.configs == "wide":  # 128- and 256-row blocks of the default's width
                     space = [c for c in space if c["bm"] >= 128 and c["bn"] == configs[0]["bn"]]
+                elif args.configs == "focus":
+                    space = focus(space)
                 configs += [cfg for cfg in space if cfg not in configs]
-            sols = compile_all(handle, [make_solution(handle, problem, SOLVER, cfg) for cfg in configs])
+            sols = compile_all(handle, [make_solution(handle, problem, solver, cfg) for cfg in configs])
             be = handle.backend
-            wb, xb, yb = be.wrap(w), [be.wrap(x) for x in xs], [be.wrap(y) for y in ys]
+            wb, ib, ob = be.wrap(w), [be.wrap(t) for t in ins], [be.wrap(t) for t in outs]
 
-            def facts(sol, problem=problem):
-                smem = SOLVER.launch_smem(handle, sol.config)
-                blocks = grid_blocks(problem, sol.config)
+            def facts(sol, problem=problem, solver=solver):
+                smem = solver.launch_smem(handle, sol.config)
+                blocks = solver.grid_blocks(problem, sol.config)
                 return {"blocks": blocks, "smem": smem, **kernel_facts(handle, sol, smem)}
 
-            tensor_sets = [{"x": xb[i], "w": wb, "y": yb[i]} for i in range(SETS)]
-            rows = check_and_time(handle, sols, tensor_sets, ys, refs, flops, facts)
-            today = time_today(handle, problem, xb, wb, yb, SOLVER)
+            if direction == "F":
+                tensor_sets = [{"x": ib[i], "w": wb, "y": ob[i]} for i in range(SETS)]
+            else:
+                tensor_sets = [{"x": ob[i], "w": wb, "y": ib[i]} for i in range(SETS)]
+            rows = check_and_time(handle, sols, tensor_sets, outs, refs, flops, facts, timer)
+            today = (
+                time_today(handle, problem, ib, wb, ob, solver) if direction == "F" else ("-", float("nan"))
+            )
             ok = [r for r in rows if r["err"] < 2e-2]
             best = min(ok, key=lambda r: r["us"]) if ok else None
-            layer = f"C{c} {hw}x{hw} K{k}"
+            layer = f"{direction} C{c} {hw}x{hw} K{k}"
             results.append({"dtype": dtype, "layer": layer, "cudnn_us": cudnn, "today": today, "rows": rows})
             for r in sorted(rows, key=lambda r: r["us"]):
                 print(
                     f"  {dtype} {layer} {json.dumps(r['config'])}: {r['us']:7.1f} us {r['tflops']:4.0f} TF "
-                    f"err {r['err']:.1e} regs {r.get('regs')} occ {r.get('blocks_per_sm')} "
-                    f"blocks {r['blocks']}"
+                    f"err {r['err']:.1e} regs {r.get('regs')} local {r.get('local_bytes')} "
+                    f"occ {r.get('blocks_per_sm')} blocks {r['blocks']}"
                 )
             d, b = rows[0], best or rows[0]
             print(
@@ -184,7 +218,7 @@ def main() -> int:
                 f"best {b['us']:6.1f} us x{b['us'] / cudnn:.2f} {json.dumps(b['config'])}",
                 flush=True,
             )
-            del xs, ys, refs
+            del xs, ins, outs, refs
     for key in ("default", "best"):
         ratios = []
         for e in results:

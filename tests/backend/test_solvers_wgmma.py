@@ -78,16 +78,20 @@ def test_search_space_and_default(problem):
 
 def test_default_config_follows_the_problem():
     l3, l6, l9, l12 = (SOLVER.default_config(CTX, p) for p in RESNET)
-    # unsplit 128-row blocks are warp-specialized with 4 stages
-    assert l3 == wg_config(128, 64, 4, ws=1) and l6 == wg_config(256, 128, 4)
-    assert l9 == wg_config(128, 128, 4, ws=1)  # 256 x 128 would fill fewer than half of the SMs
-    assert l3["split_k"] == 1 and l6["split_k"] == 1
+    assert l3 == wg_config(128, 64, 4, ws=1)  # K = 64: two blocks per SM
+    # the wave model: 131 blocks of 192 rows on 132 SMs rather than 98 of 256
+    assert l6 == wg_config(192, 128, 4, ws=1) and grid_blocks(RESNET[1], l6) == 131
+    assert l9 == wg_config(192, 64, 4, ws=1) and grid_blocks(RESNET[2], l9) == 132
     # 7x7 images: fewer tiles than SMs, so the reduction is split in a cluster
     assert l12["split_k"] > 1 and cluster_split(CTX, l12)
-    assert grid_blocks(RESNET[3], l12) <= 2 * CTX.info.compute_units
-    assert k_tiles(RESNET[3], l12) >= l12["split_k"] * 6
-    for config in (l3, l6, l9, l12):
+    for problem, config in zip(RESNET, (l3, l6, l9, l12)):
         assert SOLVER.launch_smem(CTX, config) <= CTX.info.max_dynamic_shared
+        assert k_tiles(problem, config) >= config["split_k"] * 6
+        if config["bn"] > 64:  # one wave of blocks
+            assert grid_blocks(problem, config) <= CTX.info.compute_units
+    # no clusters (an sm_80 view of the same device): the 7x7 layer unsplit
+    old = support.fake_cuda_ctx(arch="sm_80")
+    assert SOLVER.wave_config(old, RESNET[3])["split_k"] == 1
 
 
 def test_is_valid_config_rejects_garbage():
@@ -96,6 +100,7 @@ def test_is_valid_config_rejects_garbage():
     for bad in (
         None,
         {**good, "bm": 512},
+        {**good, "bm": 192},  # three warpgroups only warp-specialized
         {**good, "bm": 256, "bn": 256},
         {**good, "bn": 96},
         {**good, "stages": 2},
@@ -139,13 +144,33 @@ def test_warp_specialized_geometry():
     assert launch.spec.local_size == (640, 1) and dict(launch.spec.defines)["WG_WS"] == 1
     assert launch.spec.global_size == (98 * 640, 1)
     assert launch.shared_mem == 4 * (256 + 128) * 128 + 16 * 4 + 1024  # ring, mbarriers, slack
-    assert not SOLVER.is_valid_config(CTX, problem, wg_config(256, 128, 4, split_k=2, ws=1))
-    # searched unsplit only; the default where it is an unsplit 128-row block
-    space = list(SOLVER.search_space(CTX, problem))
-    assert any(c["ws"] for c in space) and all(c["split_k"] == 1 for c in space if c["ws"])
+    # splits only in a cluster (sm_90), which the search space holds too
+    assert SOLVER.is_valid_config(CTX, problem, wg_config(256, 128, 4, split_k=2, ws=1))
+    no_clusters = support.fake_cuda_ctx(arch="sm_80")
+    assert not SOLVER.is_valid_config(no_clusters, problem, wg_config(256, 128, 4, split_k=2, ws=1))
+    space = list(SOLVER.search_space(CTX, RESNET[3]))
+    assert any(c["ws"] and c["split_k"] > 1 for c in space)
+    assert all(cluster_split(CTX, c) for c in space if c["ws"] and c["split_k"] > 1)
     defaults = [SOLVER.default_config(CTX, p) for p in RESNET]
-    want = [(128, 1, 1), (256, 1, 0), (128, 1, 1), (128, 2, 0)]
+    want = [(128, 1, 1), (192, 1, 1), (192, 1, 1), (128, 2, 1)]
     assert [(d["bm"], d["split_k"], d["ws"]) for d in defaults] == want
+
+
+def test_three_warpgroup_geometry():
+    """192-row blocks: three consumer warpgroups and the producer (512 threads), one cluster per
+    tile when split."""
+    problem = RESNET[2]
+    config = wg_config(192, 128, 4, 2, ws=1)
+    assert SOLVER.is_valid_config(CTX, problem, config)
+    (launch,) = SOLVER.get_program(CTX, problem, config).steps
+    d = dict(launch.spec.defines)
+    assert (d["WG_BM"], d["WG_WS"], d["IG_SPLIT_K"], d["IG_CLUSTER"]) == (192, 1, 2, 1)
+    assert launch.spec.local_size == (512, 1) == (threads(config), 1)
+    assert launch.spec.global_size == (33 * 2 * 512, 2)  # 6272 rows / 192, 256 columns / 128
+    assert launch.shared_mem == 4 * (192 + 128) * 128 + 16 * 4 + 1024
+    assert not SOLVER.is_valid_config(CTX, problem, {**config, "ws": 0})
+    assert not SOLVER.is_valid_config(CTX, problem, wg_config(192, 256, 4, ws=1))  # 128 accumulators
+    assert SOLVER.workspace_size(CTX, problem, config) == 0
 
 
 def test_cluster_split_geometry():
@@ -214,7 +239,8 @@ def test_sample_of_configs_compiles_for_sm90a():
     rng = np.random.default_rng(7)
     for problem in (RESNET[3], ODD):
         configs = support.config_spread(SOLVER, CTX, problem, rng)
-        tiles = [(bm, bn) for bm in DOMAIN["bm"] for bn in DOMAIN["bn"]]
+        # 192-row blocks: the kernel file's compile-test lines
+        tiles = [(bm, bn) for bm in DOMAIN["bm"] if bm != 192 for bn in DOMAIN["bn"]]
         configs += [wg_config(bm, bn, 3, ws=ws) for bm, bn in tiles for ws in (0, 1)]
         configs = [c for c in configs if SOLVER.is_valid_config(CTX, problem, c)]
         support.assert_builds_for_sm90(SOLVER, CTX, problem, configs, "wgmma_fwd")
@@ -286,6 +312,43 @@ def test_wgmma_split_reduction(handle):
         problem = make(dtype, (4, 96, 7, 7), (200, 96, 3, 3), pads=(1, 1))
         assert SOLVER.is_valid_config(handle, problem, config)
         check(handle, problem, rng, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_warp_specialized_cluster_split(handle):
+    """The warp-specialized kernel split in a cluster (uneven slices too) and 192-row blocks,
+    forward and backward data, both data types, on problems with partial tiles, padding,
+    stride and dilation."""
+    rng = np.random.default_rng(56)
+    cases = [
+        (SOLVER, make("fp16", (4, 96, 7, 7), (200, 96, 3, 3), pads=(1, 1)), wg_config(128, 128, 4, 2, ws=1)),
+        (
+            SOLVER,
+            make("bf16", (3, 64, 11, 9), (136, 64, 3, 3), pads=(2, 1), dilations=(2, 1)),
+            wg_config(192, 128, 4, 3, ws=1),
+        ),
+        (
+            SOLVER,
+            make("fp16", (2, 48, 13, 15), (72, 48, 3, 2), pads=(1, 0), strides=(2, 1)),
+            wg_config(192, 64, 5, 2, ws=1),
+        ),
+        (SOLVER, make("bf16", (5, 40, 9, 9), (64, 40, 3, 3), pads=(1, 1)), wg_config(192, 64, 4, ws=1)),
+        (
+            BWD,
+            make("bf16", (4, 200, 7, 7), (96, 200, 3, 3), "B", pads=(1, 1)),
+            wg_config(128, 128, 4, 2, ws=1),
+        ),
+        (
+            BWD,
+            make("fp16", (3, 136, 11, 9), (64, 136, 3, 3), "B", pads=(2, 1), dilations=(2, 1)),
+            wg_config(192, 128, 4, 3, ws=1),
+        ),
+        (BWD, make("bf16", (3, 72, 10, 13), (48, 72, 3, 3), "B", pads=(1, 1)), wg_config(192, 64, 4, ws=1)),
+    ]
+    for solver, problem, config in cases:
+        assert solver.is_valid_config(handle, problem, config), (problem.key(), config)
+        support.check_solver(handle, solver, problem, rng, config)
 
 
 @pytest.mark.gpu

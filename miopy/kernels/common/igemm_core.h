@@ -278,28 +278,15 @@ DEVICE_FN float4 cluster_ld4(u32 addr)
     return v;
 }
 
-/* Writes the sum over the cluster's SPLIT blocks of their tiles. row_off(r) is the element offset
-   in `out` of the block's row r at its first column, or -1 where there is no such row; columns
-   at or past cols_left do not exist. Block `rank` writes rows rank, rank + SPLIT, ... Every
-   thread of every block of the cluster must call it (two cluster barriers). */
-template <int BM, int BN, int THREADS, int MI, int NI, int SPLIT, class RowOff>
-DEVICE_FN void cluster_store_tile(uint4* smem, const float (&acc)[MI][NI][4], int wm0, int wn0, int lane, int tid,
-                                  int cols_left, data_t* RESTRICT out, RowOff& row_off)
+/* The sum of cluster_store_tile, for kernels that place their fp32 partial tile
+   themselves (BM rows of BN + 4 floats at `smem`): every thread of every block of the cluster
+   calls it; each block sums its share of the rows over the cluster's tiles into `out`. */
+template <int BM, int BN, int THREADS, int SPLIT, class RowOff>
+DEVICE_FN void cluster_sum_tile(uint4* smem, int tid, int cols_left, data_t* RESTRICT out, RowOff& row_off)
 {
     constexpr int PITCH = BN + 4; /* floats */
     constexpr int RC = BN / 8;    /* 8-column chunks per row */
     constexpr int MY_ROWS = (BM + SPLIT - 1) / SPLIT;
-    float* tile = reinterpret_cast<float*>(smem);
-#pragma unroll
-    for(int i = 0; i < MI; ++i)
-#pragma unroll
-        for(int j = 0; j < NI; ++j)
-        {
-            const int row = wm0 + i * 16 + (lane >> 2);
-            const int col = wn0 + j * 8 + (lane & 3) * 2;
-            *reinterpret_cast<float2*>(tile + row * PITCH + col) = make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2*>(tile + (row + 8) * PITCH + col) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
     cluster_sync(); /* every partial tile of the cluster is in place */
     const int rank = (int)cluster_rank();
     const u32 base = smem_addr(smem);
@@ -330,6 +317,29 @@ DEVICE_FN void cluster_store_tile(uint4* smem, const float (&acc)[MI][NI][4], in
         *reinterpret_cast<uint4*>(out + off + ch * 8) = o;
     }
     cluster_sync(); /* no block leaves (freeing its tile) while another still reads it */
+}
+
+/* Writes the sum over the cluster's SPLIT blocks of their tiles. row_off(r) is the element offset
+   in `out` of the block's row r at its first column, or -1 where there is no such row; columns
+   at or past cols_left do not exist. Block `rank` writes rows rank, rank + SPLIT, ... Every
+   thread of every block of the cluster must call it (two cluster barriers). */
+template <int BM, int BN, int THREADS, int MI, int NI, int SPLIT, class RowOff>
+DEVICE_FN void cluster_store_tile(uint4* smem, const float (&acc)[MI][NI][4], int wm0, int wn0, int lane, int tid,
+                                  int cols_left, data_t* RESTRICT out, RowOff& row_off)
+{
+    constexpr int PITCH = BN + 4; /* floats */
+    float* tile = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for(int i = 0; i < MI; ++i)
+#pragma unroll
+        for(int j = 0; j < NI; ++j)
+        {
+            const int row = wm0 + i * 16 + (lane >> 2);
+            const int col = wn0 + j * 8 + (lane & 3) * 2;
+            *reinterpret_cast<float2*>(tile + row * PITCH + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(tile + (row + 8) * PITCH + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    cluster_sum_tile<BM, BN, THREADS, SPLIT>(smem, tid, cols_left, out, row_off);
 }
 
 #endif

@@ -6,8 +6,10 @@
    (M = N*P*Q), k an output channel, j = (r, s, c) a filter tap (KD = R*S*C); A rows are gathered
    from x on the fly (im2col while loading), B rows are the filter as it lies, D is y as it lies.
 
-   A block of WG_BM / 64 warpgroups (1, 2 or 4; 128 threads each) computes a WG_BM x WG_BN tile of D; each
-   warpgroup owns 64 rows and all WG_BN columns, one wgmma m64nWG_BNk16 per 16-wide k-slice.
+   A block of WG_BM / 64 warpgroups (1 to 4; 128 threads each) computes a WG_BM x WG_BN tile of D; each
+   warpgroup owns 64 rows and all WG_BN columns, one wgmma m64nWG_BNk16 per 16-wide k-slice
+   (three warpgroups, WG_BM = 192, only with WG_WS: a tile count that fits a wave where 128 or 256
+   rows leave SMs idle).
    64-wide k-tiles (one 128-byte swizzled row per tile row, common/wgmma_sm90.h) of A and B go
    global -> shared by cp.async (16 bytes = 8 channels, zero-filled for padding, taps past KD and
    rows past M) into a WG_STAGES-deep ring in dynamic shared memory. Per k-tile t: wait for its
@@ -20,7 +22,9 @@
    warp), so common/igemm_core.h's epilogues apply: rounded to data_t through shared memory with
    16-byte stores; with IG_SPLIT_K > 1 fp32 partial sums to the workspace (then
    igemm_splitk_reduce), or with IG_CLUSTER the slices of a tile as one thread-block cluster
-   summing through distributed shared memory straight into y.
+   summing through distributed shared memory straight into y. The warp-specialized kernel (WG_WS)
+   splits only in a cluster: its consumers place their fp32 tile, then every thread of the block
+   takes part in igemm_core.h's cluster_sum_tile.
 
    Needs C % 8 == 0 and K % 8 == 0. */
 
@@ -39,6 +43,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=64 -DWG_BN=256 -DWG_STAGES=3 -DWG_B_MN=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=192 -DWG_BN=128 -DWG_STAGES=4 -DWG_B_MN=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=192 -DWG_BN=64 -DWG_STAGES=5 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -92,7 +98,8 @@
     (WG_STAGES * WG_STAGE_BYTES > WG_EPI_BYTES ? WG_STAGES * WG_STAGE_BYTES : WG_EPI_BYTES)
 #define WG_B_RC (WG_BN / 8)   /* 16-byte chunks per row of an N-major B tile */
 
-static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 256, "one, two or four warpgroups of 64 rows");
+static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 192 || WG_BM == 256, "one to four warpgroups of 64 rows");
+static_assert(WG_BM != 192 || WG_WS, "three consumer warpgroups only with the producer warpgroup (even copies)");
 static_assert(WG_BN == 64 || WG_BN == 128 || WG_BN == 256, "wgmma widths");
 static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
 static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
@@ -103,8 +110,8 @@ static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
 #define WG_CLUSTER_DIMS
 #endif
 
-#if WG_WS && IG_SPLIT_K > 1
-#error "the warp-specialized kernel does not split the reduction"
+#if WG_WS && IG_SPLIT_K > 1 && !IG_CLUSTER
+#error "the warp-specialized kernel splits the reduction only inside a cluster"
 #endif
 
 DEVICE_FN void mbar_init(u32 addr, u32 count)
@@ -293,6 +300,28 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     }
     __syncthreads(); /* every copy landed, every MMA done: the ring is free for the epilogue */
 
+#if IG_CLUSTER
+    /* ---- epilogue of a cluster split: the consumers' fp32 fragments into this block's tile,
+       then every thread of the block sums a share of the rows over the cluster's tiles ---- */
+    {
+        constexpr int PITCH = WG_BN + 4;
+        float* tile = reinterpret_cast<float*>(smem);
+        if(warp >= 4)
+        {
+            const int row = (warp - 4) * 16 + (lane >> 2);
+#pragma unroll
+            for(int j = 0; j < IG_NI; ++j)
+            {
+                const int cc = j * 8 + (lane & 3) * 2;
+                *reinterpret_cast<float2*>(tile + row * PITCH + cc) = make_float2(acc[4 * j], acc[4 * j + 1]);
+                *reinterpret_cast<float2*>(tile + (row + 8) * PITCH + cc) =
+                    make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+            }
+        }
+        auto row_off = [&](int row) -> int { return m0 + row < WG_M ? (m0 + row) * IG_K + n0 : -1; };
+        cluster_sum_tile<WG_BM, WG_BN, WG_THREADS, IG_SPLIT_K>(smem, tid, IG_K - n0, y, row_off);
+    }
+#else
     /* ---- epilogue: the consumers' fragments rounded into shared memory, then every thread
        stores 16-byte row chunks ---- */
     {
@@ -321,6 +350,7 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
                 *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = smem[(row * PITCH) / 8 + ch];
         }
     }
+#endif /* IG_CLUSTER */
 #else
     /* this warpgroup's 64 rows of A */
     const u32 a_rows = (u32)((warp >> 2) * 64 * 128);

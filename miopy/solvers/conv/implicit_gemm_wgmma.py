@@ -16,13 +16,13 @@ shared memory, or beyond 8 slices fp32 partials in the workspace and a second ke
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 from typing import Any
 
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
-    MAX_CLUSTER,
     REDUCE_THREADS,
     IgemmSolver,
     arch_number,
@@ -37,12 +37,12 @@ from miopy.solvers.conv.igemm_common import (
 
 WGMMA_ARCH = 90  # wgmma exists on sm_90a alone (not on later architectures' plain targets)
 DOMAIN: dict[str, tuple[int, ...]] = {
-    "bm": (64, 128, 256),  # GEMM rows per block: one, two or four warpgroups of 64 rows
+    # GEMM rows per block: one to four warpgroups of 64 rows (192: three, warp-specialized only)
+    "bm": (64, 128, 192, 256),
     "bn": (64, 128, 256),  # GEMM columns per block: the wgmma's N
     "stages": (3, 4, 5, 6, 7, 8),  # k-tiles of 64 in the shared-memory ring
     "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction
-    # 1: one more warpgroup loads, signalling stages through mbarriers (no split); unsplit
-    # 128-row defaults take it (see default_config)
+    # 1: one more warpgroup loads, signalling stages through mbarriers (splits in a cluster only)
     "ws": (0, 1),
 }
 FIELDS = tuple(DOMAIN)
@@ -51,6 +51,11 @@ BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
 MIN_SLICE_TILES = 6  # k-tiles of each slice of a split reduction, at least
 SEARCH_STAGES = (3, 4, 5, 6)
+# The block tiles the default chooses among for outputs wider than 64 (bm, bn, ws), by
+# wave_config's model: 192 rows (three consumer warpgroups) fit 131 tiles in a wave where 256
+# rows leave a quarter of the SMs idle (the 28x28 ResNet layer: 25088 rows).
+DEFAULT_TILES = ((256, 128, 0), (192, 128, 1), (128, 128, 1), (192, 64, 1))
+SPLIT_COST = 0.05  # a cluster split's epilogue, as a share of the block's reduction, per slice
 
 
 def wg_config(bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0) -> dict[str, int]:
@@ -166,8 +171,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             return False
         if config["split_k"] > self.k_tiles(problem, config):
             return False
-        if config["ws"] and config["split_k"] > 1:
-            return False  # the warp-specialized kernel does not split
+        if config["ws"] and config["split_k"] > 1 and not cluster_split(ctx, config):
+            return False  # the warp-specialized kernel splits in a cluster only
+        if config["bm"] == 192 and not config["ws"]:
+            return False  # three warpgroups copy evenly only as the producer warpgroup of ws
         if config["bm"] * config["bn"] > MAX_BLOCK_OUTPUTS:
             return False  # 256 accumulators per thread would not fit
         info = getattr(ctx, "info", None)
@@ -184,59 +191,63 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return own
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """For K <= 64 (the GEMM's columns): 128 x 64 blocks, 4 stages (two blocks per SM). Else
-        256 x 128 blocks (four warpgroups), 4 stages, where that grid fills at least half of the
-        SMs; else 128 x 128, 6 stages, with _default_split's cluster split. On the H200 (fp16,
-        2026-11-22, scripts/bench_wgmma.py) these were the fastest of the search space on the
-        ResNet-50 3x3 layers (28x28: 20.9 us for 256 x 128 against 22.2 for the best 128 x 128;
-        14x14: 21.8 us for 128 x 128 unsplit against 24.9 for 256 x 128 split in 2; 7x7: 24.4 us
-        for 128 x 128 split in 2 against 29.0 for 256 x 128 split in 4). An unsplit 128-row
-        choice then becomes the warp-specialized variant with 4 stages (ws): on the H200 (fp16
-        forward, 2026-11-22) 56x56 K64 went from 26.2 to 25.5 us and 14x14 K256 from 21.9 to
-        21.0 us; 256-row blocks and splits stay without it (28x28: 21.1 us against 22.0)."""
-        k = self.width_of(problem)
-        if k <= 64:
-            config = wg_config(128, 64, 4)
+        """For K <= 64 (the GEMM's columns): 128 x 64 blocks, 4 stages, warp-specialized (two
+        blocks per SM; on the H200, fp16, 2026-11-22: 25.5 us on 56x56 K64 against 26.2 without
+        the producer warpgroup). Wider: wave_config's choice. 64 x 64 with 3 stages where
+        neither is valid (a small device)."""
+        if self.width_of(problem) <= 64:
+            config = wg_config(128, 64, 4, ws=1)
         else:
-            config = wg_config(256, 128, 4)
-            if 2 * self.grid_blocks(problem, config) < compute_units(ctx):
-                config = wg_config(128, 128, 6)
-        while config["stages"] > 3 and self.launch_smem(ctx, config) > smem_limit(ctx):
-            config["stages"] -= 1
-        config["split_k"] = self._default_split(ctx, problem, config)
-        specialised = {**config, "stages": 4, "ws": 1}
-        if config["bm"] == 128 and config["split_k"] == 1 and self.is_valid_config(ctx, problem, specialised):
-            config = specialised
+            config = self.wave_config(ctx, problem) or wg_config(64, 64, 3)
         if not self.is_valid_config(ctx, problem, config):
             config = wg_config(64, 64, 3)
         return config
 
-    def _default_split(self, ctx, problem: ConvProblem, config: dict[str, int]) -> int:
-        """The largest cluster split whose grid still fits in one wave of resident blocks
-        (blocks_per_sm per SM), each slice keeping MIN_SLICE_TILES k-tiles; 1 where the unsplit
-        grid fills at least half of one wave. On the H200 a split of 2 took the 512-channel 7x7
-        layer from 34 to 28 us; a split of 4 (three waves of blocks) made the 256-channel 14x14
-        one 1.6x slower than none (2026-11-22)."""
-        slots = compute_units(ctx) * blocks_per_sm(ctx, config)
-        blocks = self.grid_blocks(problem, {**config, "split_k": 1})
-        best = 1
-        if 2 * blocks >= slots:
-            return 1
-        for split in DOMAIN["split_k"][1:]:
-            candidate = {**config, "split_k": split}
-            if split > MAX_CLUSTER or not cluster_split(ctx, candidate):
+    def wave_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
+        """The DEFAULT_TILES block (4 stages) and cluster split with the least modelled time: the
+        waves of resident blocks (blocks_per_sm per SM) times one block's work (bm x bn outputs
+        over its share of the k-tiles, SPLIT_COST more per extra slice); each slice keeps
+        MIN_SLICE_TILES k-tiles and a split grid stays within one wave. Ties keep the earlier
+        tile, then the smaller split. None where no tile is valid.
+
+        The ResNet-50 3x3 layers at batch 32 on 132 SMs: 28x28 (25088 rows, K128) 131 blocks of
+        192 x 128 (256 x 128: 98 blocks); 14x14 (6272 rows, K256) 132 blocks of 192 x 64 (tied
+        with 192 x 128 split in 2; 128 x 128: 98 blocks); 7x7 (1568 rows, K512) 104 blocks of
+        128 x 128 split in 2. On the H200 (fp16, L2 flushed, scripts/bench_wgmma.py, 2026-11-23)
+        these were the fastest of the 4-stage sweep, forward and backward data: 28x28 20.2 us
+        (256 x 128: 25.1), 14x14 22.7 us (192 x 128 split 2: 23.2; 128 x 128: 24.3), 7x7 26.9 us;
+        every config of more than one wave of blocks was slower (28x28, 128 x 128: 28.1 us)."""
+        cus = compute_units(ctx)
+        kt = self.k_tiles(problem, wg_config(64, 64, 3))
+        best: dict[str, Any] | None = None
+        best_cost = math.inf
+        for bm, bn, ws in DEFAULT_TILES:
+            base = wg_config(bm, bn, 4, ws=ws)
+            if not self.is_valid_config(ctx, problem, base):
                 continue
-            if self.k_tiles(problem, config) < split * MIN_SLICE_TILES or blocks * split > slots:
-                break
-            best = split
+            slots = cus * blocks_per_sm(ctx, base)
+            tiles = self.grid_blocks(problem, base)
+            for split in DOMAIN["split_k"]:
+                config = {**base, "split_k": split}
+                if split > 1 and (
+                    not cluster_split(ctx, config)
+                    or kt < split * MIN_SLICE_TILES
+                    or tiles * split > slots
+                    or not self.is_valid_config(ctx, problem, config)
+                ):
+                    continue
+                waves = -(-tiles * split // slots)
+                cost = waves * bm * bn * -(-kt // split) * (1 + SPLIT_COST * (split - 1))
+                if cost < best_cost * (1 - 1e-9):
+                    best, best_cost = config, cost
         return best
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Every block tile (bn no wider than the next power of two of K, at least 64) with 3 to
         6 stages, each also split (2 to 8, clusters where the device has them) where the
         unsplit grid has fewer blocks than twice the SMs, into at most 4 blocks per SM with
-        MIN_SLICE_TILES k-tiles per slice; each unsplit one also warp-specialized (ws). The
-        default config where none is valid."""
+        MIN_SLICE_TILES k-tiles per slice; each also warp-specialized (ws) where valid (192-row
+        blocks only so; splits only in a cluster). The default config where none is valid."""
         k = self.width_of(problem)
         cap = max(64, 1 << (k - 1).bit_length())
         cus = compute_units(ctx)
@@ -256,8 +267,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                 config = {**base, "split_k": split}
                 if self.is_valid_config(ctx, problem, config):
                     out.append(config)
-                specialised = {**config, "ws": 1}  # no split: a producer warpgroup loads
-                if split == 1 and self.is_valid_config(ctx, problem, specialised):
+                specialised = {**config, "ws": 1}  # a producer warpgroup loads
+                if self.is_valid_config(ctx, problem, specialised):
                     out.append(specialised)
         return out or [self.default_config(ctx, problem)]
 
