@@ -208,7 +208,7 @@ class LtAlgo:
         return f"LtAlgo({self.fields()}, workspace={self.workspace})"
 
 
-def _config_of(algo: _Algo) -> tuple[int, ...]:
+def config_of(algo: _Algo) -> tuple[int, ...]:
     """The values of ALGO_FIELDS of an algorithm (0 where this library lacks the attribute)."""
     lt = cublaslt()
     out = []
@@ -344,7 +344,7 @@ class LtGemm:
         if self._picks is None:
             self._picks = {}
             for algo, need in self.broad():
-                self._picks.setdefault(_config_of(algo), (algo, need))
+                self._picks.setdefault(config_of(algo), (algo, need))
         return self._picks
 
     # ---- algorithms by their attributes ------------------------------------------------------------
@@ -361,8 +361,15 @@ class LtGemm:
     def resolve(self, config: tuple[int, ...]) -> LtAlgo | None:
         """The algorithm with these ALGO_FIELDS values, checked for this product; None when the
         library refuses it (unknown id or attribute value, unsupported here, workspace over
-        LT_WORKSPACE, or an alignment above LT_ALIGNMENT). A heuristic pick with these values is
-        used as it came."""
+        LT_WORKSPACE, or an alignment above LT_ALIGNMENT).
+
+        A recorded config (a perf or find record, a kernel package's choice) is rebuilt from its
+        values and checked by cublasLtMatmulAlgoCheck without asking the heuristics: the nine
+        attributes are all an algorithm's configuration, and in a fresh process the heuristics
+        cost about a millisecond a product. Once the heuristics were asked for this product
+        (find, a default config), a pick with these values is used as it came; the heuristics
+        are asked only when the rebuilt algorithm is refused and might still be one of their
+        picks."""
         config = tuple(int(v) for v in config)
         if config in self._resolved:
             return self._resolved[config]
@@ -373,8 +380,16 @@ class LtGemm:
             and all(0 <= v < 2**31 for v in config)
             and 1 <= fields["splitk"] <= max(self.k, 1)
         ):
-            pick = self._by_config().get(config)
-            found = LtAlgo(config, *pick) if pick is not None else self._build(config)
+            # the heuristics' list first only when it is known already
+            order = ("pick", "build") if self._picks is not None else ("build", "pick")
+            for step in order:
+                if step == "pick":
+                    pick = self._by_config().get(config)
+                    found = LtAlgo(config, *pick) if pick is not None else None
+                else:
+                    found = self._build(config)
+                if found is not None:
+                    break
         self._resolved[config] = found
         return found
 
@@ -400,7 +415,7 @@ class LtGemm:
             return None
         if result.state != 0 or result.workspace > LT_WORKSPACE:
             return None
-        if _config_of(algo) != config:
+        if config_of(algo) != config:
             return None  # the library changed a value: not the algorithm asked for
         return LtAlgo(config, algo, int(result.workspace))
 

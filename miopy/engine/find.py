@@ -86,7 +86,8 @@ def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
         )
         if solver is None or not allowed(solver):
             continue
-        if solver.applicability(handle, view) is not None:
+        # the record's config, when there is one, may show applicability more cheaply (cuBLASLt)
+        if solver.applicability(handle, view, rec.config) is not None:
             continue
         cfg = rec.config if solver.tunable and solver.is_valid_config(handle, view, rec.config) else None
         try:
@@ -113,7 +114,7 @@ def _from_package(handle, problem: Problem, key: str, invoker_key: str) -> list[
         if solver is None or solver.name != cand.solver:
             _log.info("package choice for %s: unknown solver %r; not used", key, cand.solver)
             return None
-        if solver.applicability(handle, view) is not None:
+        if solver.applicability(handle, view, cand.config) is not None:
             if cand.known:
                 _log.info("package choice for %s: %s no longer applies; not used", key, solver.name)
                 return None

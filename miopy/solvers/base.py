@@ -34,9 +34,21 @@ class Solver:
         """None when applicable, else the reason it is not (logged at debug level)."""
         raise NotImplementedError
 
-    def applicability(self, ctx: Handle, problem: Problem) -> str | None:
-        """What the engine asks: ``is_applicable`` plus the solver's index limit."""
-        reason = self.is_applicable(ctx, problem)
+    def is_applicable_with(self, ctx: Handle, problem: Problem, config: Any) -> str | None:
+        """``is_applicable`` when the engine already holds the config it means to run (a kernel
+        package's choice, a find record): the same answer, which a solver may reach more cheaply
+        through the config. The cuBLASLt solvers do: a config naming an algorithm that
+        cublasLtMatmulAlgoCheck accepts shows that the library has one, all that their heuristics
+        query would tell. An invalid config proves nothing: then ``is_applicable`` answers."""
+        return self.is_applicable(ctx, problem)
+
+    def applicability(self, ctx: Handle, problem: Problem, config: Any = None) -> str | None:
+        """What the engine asks: ``is_applicable`` (``is_applicable_with`` when it holds a
+        ``config`` for a tunable solver) plus the solver's index limit."""
+        if config is not None and self.tunable:
+            reason = self.is_applicable_with(ctx, problem, config)
+        else:
+            reason = self.is_applicable(ctx, problem)
         if reason is not None or self.max_elements is None:
             return reason
         for role, desc in problem.tensors().items():

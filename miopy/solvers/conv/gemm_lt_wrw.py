@@ -2,7 +2,10 @@
 
 On NCHW data dw[K, C] = sum over images n of dy_n[K, HW] · x_n[C, HW]^T: a sum over images that
 one product cannot express, since (n, hw) is not one strided index. The ways, a ``mode`` each,
-every one timed by find with every cuBLASLt candidate algorithm (``{"mode": m, "algo": i}``):
+every one timed by find with every cuBLASLt candidate algorithm (``{"mode": m, "algo": A}``, A the
+algorithm's attribute values in the order of cuda_libs.ALGO_FIELDS, rebuilt and checked by
+cublasLtMatmulAlgoCheck without asking cuBLASLt's heuristics; an older record's A is an index into
+the heuristics' list, still read):
 
 - ``batched``: one strided-batched product writes the N per-image results into an fp32
   workspace, then ``batch_sum_f32`` adds them up (N*K*C*4 bytes written and read once more: the
@@ -22,10 +25,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from miopy.backends.cuda_libs import ALGO_FIELDS, config_of
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import Call, KernelSpec, Launch, Program, Step, Tensor, Workspace
 from miopy.solvers.base import TunableSolver
@@ -75,6 +80,15 @@ class GemmLtWrw1x1Nchw(TunableSolver):
         if not any(self._algos(problem, mode) for mode in self.modes(problem)):
             return "cuBLASLt has no algorithm for it"
         return None
+
+    def is_applicable_with(self, ctx, problem: ConvProblem, config: Any) -> str | None:
+        """A valid config (an algorithm cuBLASLt accepts for its mode) shows cuBLASLt has one."""
+        reason = _lt_usable(ctx) or self._shape_reason(problem)
+        if reason is not None:
+            return reason
+        if self.is_valid_config(ctx, problem, config):
+            return None
+        return self.is_applicable(ctx, problem)
 
     def without_library(self, ctx, problem: ConvProblem) -> list[KernelSpec] | None:
         """Both kernels of the modes (which mode and algorithm cuBLASLt takes is unknown here)."""
@@ -147,31 +161,58 @@ class GemmLtWrw1x1Nchw(TunableSolver):
         found = self._found(problem, mode)
         return _lt_gemm(found[0]).algos() if found else []
 
+    def _algo(self, problem: ConvProblem, mode: str, algo: Any) -> tuple[Any, int] | None:
+        """(what cuda_libs.LtGemm.prepare takes, cuBLASLt's workspace bytes) for a config's
+        ``algo``: attribute values (a cuda_libs.LtAlgo, checked without the heuristics) or an
+        index into the heuristics' list; None when it names no algorithm of the mode here."""
+        if isinstance(algo, list):
+            if len(algo) != len(ALGO_FIELDS) or any(type(v) is not int for v in algo):
+                return None
+            found = self._found(problem, mode)
+            resolved = _lt_gemm(found[0]).resolve(tuple(algo)) if found else None
+            return None if resolved is None else (resolved, resolved.workspace)
+        if type(algo) is not int:
+            return None
+        algos = self._algos(problem, mode)
+        return (algo, algos[algo][1]) if 0 <= algo < len(algos) else None
+
     # ---- configs ---------------------------------------------------------------------------------
+    def _pinned(self, problem: ConvProblem, mode: str) -> Iterator[dict[str, Any]]:
+        """The configs of the heuristics' picks for ``mode``, each by its attribute values, in
+        their order: those cuBLASLt accepts again when rebuilt from the values, each once."""
+        found = self._found(problem, mode)
+        if found is None:
+            return
+        gemm = _lt_gemm(found[0])
+        seen: set[tuple[int, ...]] = set()
+        for algo, _ in gemm.algos():
+            values = config_of(algo)
+            if values not in seen and gemm.resolve(values) is not None:
+                seen.add(values)
+                yield {"mode": mode, "algo": list(values)}
+
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         d = Dims.of(problem)
         modes = self.modes(problem)
         mode = "batched" if d.n * d.k * d.c <= BATCHED_MAX_PARTIALS else modes[-1]
         if not self._algos(problem, mode):
             mode = next((m for m in modes if self._algos(problem, m)), mode)
-        return {"mode": mode, "algo": 0}
+        return next(self._pinned(problem, mode), {"mode": mode, "algo": 0})
 
     def search_space(self, ctx, problem: ConvProblem) -> list[dict[str, Any]]:
-        modes = self.modes(problem)
-        return [{"mode": m, "algo": i} for m in modes for i in range(len(self._algos(problem, m)))]
+        return [cfg for m in self.modes(problem) for cfg in self._pinned(problem, m)]
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
         if not isinstance(config, dict) or set(config) != {"mode", "algo"}:
             return False
-        mode, index = config["mode"], config["algo"]
+        mode = config["mode"]
         if not isinstance(mode, str) or not re.fullmatch(r"batched|packed|split\d+", mode):
             return False
-        count = len(self._algos(problem, mode))
-        return isinstance(index, int) and not isinstance(index, bool) and 0 <= index < count
+        return self._algo(problem, mode, config["algo"]) is not None
 
     def _workspace(self, problem: ConvProblem, config: dict[str, Any]) -> int:
-        algos = self._algos(problem, config["mode"])
-        need = algos[config["algo"]][1] if algos else 0
+        found = self._algo(problem, config["mode"], config["algo"])
+        need = found[1] if found is not None else 0
         return self._layout(problem, config["mode"])[2] + need
 
     def workspace_size(self, ctx, problem: ConvProblem) -> int:
@@ -179,7 +220,9 @@ class GemmLtWrw1x1Nchw(TunableSolver):
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
         config = config or self.default_config(ctx, problem)
-        mode, index = config["mode"], int(config["algo"])
+        mode = config["mode"]
+        chosen = self._algo(problem, mode, config["algo"])
+        assert chosen is not None, "checked by is_valid_config"
         found = self._found(problem, mode)
         assert found is not None, "checked by is_applicable"
         key, roles = found
@@ -201,7 +244,7 @@ class GemmLtWrw1x1Nchw(TunableSolver):
             role, offset = roles[which]
             return (Workspace() if role == "ws" else Tensor(role)), offset * 4
 
-        args = (_lt_gemm(key), index, *operand("a"), *operand("b"), *operand("d"), Workspace(), scratch)
+        args = (_lt_gemm(key), chosen[0], *operand("a"), *operand("b"), *operand("d"), Workspace(), scratch)
         steps.append(Call("lt_matmul", args))
         if partials >= 0:
             total = d.k * d.c
