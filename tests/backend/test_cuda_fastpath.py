@@ -384,3 +384,35 @@ def test_find_times_lt_candidates_and_keeps_winner(handle, monkeypatch, tmp_path
     assert stored is not None and set(stored) == CONFIG_KEYS
     lt = next(s for s in found if s.solver == "GemmLtWrw1x1")
     assert lt.config == stored
+
+
+@pytest.mark.parametrize(
+    "name,direction,layout", [("GemmLtFwd1x1", "F", "NHWC"), ("GemmLtWrw1x1Nchw", "W", "NCHW")]
+)
+def test_a_recorded_lt_config_runs_without_the_heuristics(handle, monkeypatch, name, direction, layout):
+    """What a fresh process does with a kernel package's choice or a find record: the cuBLASLt
+    algorithm is rebuilt from its attribute values and checked, applicability is shown by that
+    config, and no heuristics query is made; the result is right."""
+    from miopy.backends import cuda_libs
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers import by_name
+    from miopy.solvers.conv import gemm_lt
+
+    problem = problem_1x1("fp32", layout, direction, n=4, c=24, hw=6, k=40)
+    solver = by_name(name)
+    view_ = problem.solver_view()
+    recorded = json.loads(json.dumps(solver.default_config(handle, view_)))  # what a record holds
+    assert isinstance(recorded.get("algo", recorded.get("id")), list | int)
+    if name == "GemmLtWrw1x1Nchw":
+        assert isinstance(recorded["algo"], list) and len(recorded["algo"]) == len(cuda_libs.ALGO_FIELDS)
+    gemm_lt._lt_gemm.cache_clear()  # as in a fresh process: no product known yet
+    asked = []
+    real = cuda_libs.LtGemm._heuristic
+    monkeypatch.setattr(cuda_libs.LtGemm, "_heuristic", lambda self, n: asked.append(n) or real(self, n))
+    assert solver.applicability(handle, view_, recorded) is None
+    sol = make_solution(handle, problem, solver, recorded)
+    bufs = host_buffers(problem, 31)
+    sol.run(handle, bufs)
+    assert asked == []
+    assert error(problem, bufs) < tol(problem)
+    assert solver.applicability(handle, view_) is None and asked  # no config: the heuristics, as before

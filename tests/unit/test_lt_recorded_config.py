@@ -155,6 +155,22 @@ def test_gemm_lt_wrw_nchw_pins_its_algorithm_by_attributes(fake_cuda):
     assert not solver.is_valid_config(ctx, problem, {"mode": "batched", "algo": 1})
 
 
+def test_index_records_are_pinned_to_the_same_algorithm_by_attributes(fake_cuda, monkeypatch):
+    """scripts/pin_lt_records.py: an index into the heuristics' list becomes that pick's values
+    (when the library accepts them rebuilt); the default config is named so too."""
+    ctx, gemms = fake_cuda
+    monkeypatch.setattr(gemm_lt_wrw, "config_of", lambda algo: algo)
+    solver, problem = by_name("GemmLtWrw1x1Nchw", "conv"), _problem("NCHW", "W", "fp32")
+    assert solver.pin(ctx, problem, {"mode": "batched", "algo": 0}) is None  # PICKED not rebuilt
+    for gemm in gemms.values():
+        gemm.accepted.add(PICKED)
+    pinned = {"mode": "batched", "algo": list(PICKED)}
+    assert solver.pin(ctx, problem, {"mode": "batched", "algo": 0}) == pinned
+    assert solver.pin(ctx, problem, {"mode": "batched", "algo": list(GOOD)}) is None  # pinned already
+    assert solver.pin(ctx, problem, {"mode": "batched", "algo": 3}) is None  # no such pick
+    assert solver.default_config(ctx, problem) == {"mode": "batched", "algo": list(PICKED)}
+
+
 # ---- the engine hands the config it holds to the applicability check -----------------------------
 
 

@@ -191,6 +191,19 @@ class GemmLtWrw1x1Nchw(TunableSolver):
                 seen.add(values)
                 yield {"mode": mode, "algo": list(values)}
 
+    def pin(self, ctx, problem: ConvProblem, config: Any) -> dict[str, Any] | None:
+        """An older config naming its algorithm by an index into the heuristics' list, named by the
+        algorithm's attribute values instead (the same algorithm, checked rebuilt); None when
+        ``config`` is no such valid config or the rebuilt algorithm is refused."""
+        if not self.is_valid_config(ctx, problem, config) or type(config["algo"]) is not int:
+            return None
+        found = self._found(problem, config["mode"])
+        algo = self._algos(problem, config["mode"])[config["algo"]][0]
+        values = config_of(algo)
+        if found is None or _lt_gemm(found[0]).resolve(values) is None:
+            return None
+        return {"mode": config["mode"], "algo": list(values)}
+
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         d = Dims.of(problem)
         modes = self.modes(problem)
