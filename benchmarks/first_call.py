@@ -8,7 +8,9 @@ iteration, with the minimum and median over the processes):
 
 - ``first``: the first iteration (every problem solved once, by immediate mode or find, then run
   on device buffers, then a device sync), timed from the moment the handle exists and the
-  device buffers are filled;
+  device buffers are filled; nothing is printed while it runs (a process stopped by
+  ``--time-cap`` says how far it got when it is stopped); ``host``: the part before the final
+  sync (choosing and enqueueing), so that first - host is what the device still had to do;
 - ``warm``: the best of the next iterations in the same process (everything cached);
 - ``fresh process to first result``: from the parent starting the process to the end of the
   first iteration (interpreter start, imports, the handle, filling the buffers included), and
@@ -23,8 +25,11 @@ Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-w
 (MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-choices`` (a copy of the package without its choices and
 library calls, as packages were before them), ``again`` (OpenCL: the package in a new process
 that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on first
-launch and caches that). On OpenCL each run gets an empty PoCL cache (``POCL_CACHE_DIR``) unless
-it is ``again``, so PoCL's own cache does not hide the compiles of the case without a package.
+launch and caches that), ``kdb-eager`` (CUDA_MODULE_LOADING=EAGER: CUDA loads every kernel of
+cuBLAS and cuBLASLt when they are loaded, in the handle's set-up, instead of each at its first
+call in the first iteration; that set-up shows in the time from process start to first
+result). On OpenCL each run gets an empty PoCL cache (``POCL_CACHE_DIR``) unless it is
+``again``, so PoCL's own cache does not hide the compiles of the case without a package.
 
     python benchmarks/first_call.py --workload resnet50-iter --batch 32 --repeat 3     # CUDA
     python benchmarks/first_call.py --backend opencl --workload resnet50-iter --image 64 --batch 1
@@ -54,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = {"resnet50-iter": "resnet50", "resnet50-small-iter": "resnet50-small"}
 
 CHILD = r"""
-import json, sys, time
+import json, os, signal, sys, time
 t0 = time.perf_counter()
 import numpy as np
 import miopy
@@ -106,6 +111,18 @@ for name in ("gemm", "lt_matmul", "prepare_lt_matmul"):  # vendor library calls 
 h._run_unprepared = timed(h._run_unprepared, "unprepared_s")
 choose = timed(find.find_solutions if mode == "find" else find.get_solutions, "choose_s")
 
+# How far the first iteration got, printed only when the parent stops the process (--time-cap):
+# nothing is written while an iteration is timed.
+progress = [0, None]
+
+def stopped(*_):
+    print(json.dumps({"done": progress[0], "of": len(problems), "s": progress[1],
+                      "compiled": h.kernel_cache.misses}), flush=True)
+    os._exit(3)
+
+signal.signal(signal.SIGTERM, stopped)
+host = {}
+
 def iteration(report):
     for i, (p, bufs) in enumerate(zip(problems, buffers)):
         s = choose(h, p)[0]
@@ -115,9 +132,11 @@ def iteration(report):
             if ws is None:
                 ws = workspaces[s.workspace] = h.backend.alloc(s.workspace)
         h.run_solution(s, dict(bufs), ws)
-        if report:  # progress for --time-cap, without a sync: the first iteration is timed as the warm ones
-            print(json.dumps({"done": i + 1, "of": len(problems), "s": time.perf_counter() - t,
-                              "compiled": h.kernel_cache.misses}), flush=True)
+        if report:
+            progress[0], progress[1] = i + 1, time.perf_counter() - t
+    # host: choosing and enqueueing every problem; sync: what the device still had to do then
+    # (near 0: the device waited for the host)
+    host["host_s"] = time.perf_counter() - t
     h.backend.synchronize()
 
 if profile != "-":  # the first iteration under cProfile (slower: figures of such a run are no measure)
@@ -125,6 +144,7 @@ if profile != "-":  # the first iteration under cProfile (slower: figures of suc
     profiler = cProfile.Profile()
     profiler.enable()
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
+first_host = host["host_s"]
 if profile != "-":
     profiler.disable()
     text = io.StringIO()
@@ -138,13 +158,15 @@ compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
 chosen = h.package_choices.used
 warmed = getattr(h.backend, "library_warmed", None)
 first_spent = {k: round(v, 4) for k, v in spent.items()}
-warm = []
+warm, warm_host = [], []
 for _ in range(int(warm_runs)):
     t = time.perf_counter(); iteration(False); warm.append(time.perf_counter() - t)
+    warm_host.append(host["host_s"])
 print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": first,
                   "warm_s": min(warm), "compiled": compiled, "loaded": loaded,
                   "to_first_s": to_first, "handle_to_first_s": handle_to_first, "handle_s": handle_s,
-                  "chosen": chosen, "warmed": warmed,
+                  "chosen": chosen, "warmed": warmed, "first_host_s": first_host,
+                  "warm_host_s": warm_host[warm.index(min(warm))],
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
 """
 
@@ -153,7 +175,13 @@ def _env(
     tmp: Path, kdb: Path | None, backend: str, pocl: Path | None = None, warm_up: bool = False
 ) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MIOPY_BACKEND": backend, "PYTHONUNBUFFERED": "1"}
-    for name in ("MIOPY_DISABLE_CACHE", "MIOPY_FIND_MODE", "MIOPY_FIND_ENFORCE", "MIOPY_LIBRARY_WARM_UP"):
+    for name in (
+        "MIOPY_DISABLE_CACHE",
+        "MIOPY_FIND_MODE",
+        "MIOPY_FIND_ENFORCE",
+        "MIOPY_LIBRARY_WARM_UP",
+        "CUDA_MODULE_LOADING",
+    ):
         env.pop(name, None)
     if warm_up:
         env["MIOPY_LIBRARY_WARM_UP"] = "1"
@@ -240,34 +268,41 @@ def _without_choices(kdb: Path, folder: Path) -> Path:
 
 # Variants of a case: (package, library warm-up, PoCL cache of the previous run). "again" is
 # OpenCL only: PoCL's cache as the case before it left it (any later run on the machine).
+# The last field: more environment. kdb-eager: CUDA loads every module of a library (cuBLAS,
+# cuBLASLt: thousands of kernels) when the library is loaded, instead of each kernel at its first
+# use (CUDA_MODULE_LOADING=LAZY, the default): the time moves to the handle's set-up.
 VARIANTS = {
-    "none": ("no package", False, False, False),
-    "kdb": ("package", True, False, False),
-    "kdb-warm-up": ("package, library warm-up", True, True, False),
-    "kdb-no-choices": ("package without choices", "bare", False, False),
-    "again": ("package, PoCL cache warm", True, False, True),
+    "none": ("no package", False, False, False, {}),
+    "kdb": ("package", True, False, False, {}),
+    "kdb-warm-up": ("package, library warm-up", True, True, False, {}),
+    "kdb-no-choices": ("package without choices", "bare", False, False, {}),
+    "again": ("package, PoCL cache warm", True, False, True, {}),
+    "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
 }
 
 
 def _once(
     args, spec: str, count: str, mode: str, kdb: Path | None, run_dir: Path, variant: tuple, profile="-"
 ) -> dict:
-    _, _, warm_up, again = variant
+    _, _, warm_up, again, extra = variant
     pocl = run_dir.parent / "last-pocl" if again else None
     cmd = [sys.executable, "-c", CHILD, spec, args.batch, mode, count, str(args.warm)]
     timed_out = False
-    env = _env(run_dir, kdb, args.backend, pocl, warm_up)
+    env = _env(run_dir, kdb, args.backend, pocl, warm_up) | extra
     t = time.perf_counter()
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen([*cmd, repr(time.time()), profile], env=env, stdout=pipe, stderr=pipe, text=True)
     try:
-        done = subprocess.run(
-            [*cmd, repr(time.time()), profile], env=env, capture_output=True, text=True, timeout=args.time_cap
-        )
-        out, err, code = done.stdout, done.stderr, done.returncode
-    except subprocess.TimeoutExpired as exc:
-        timed_out = True
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        code = None
+        out, err = proc.communicate(timeout=args.time_cap)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        timed_out, code = True, None
+        proc.terminate()  # the child prints how far it got, then exits
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # stuck in a compiler call: no progress line
+            proc.kill()
+            out, err = proc.communicate()
     wall = time.perf_counter() - t
     if args.backend == "opencl" and not again:  # an "again" run starts from the PoCL cache left here
         last = run_dir.parent / "last-pocl"
@@ -341,6 +376,9 @@ def _line(r: dict) -> str:
         f"{r['to_first_s_median']:.3f}; interpreter, imports, handle {r['handle_s']:.3f} s, buffers), "
         f"handle made to first result {r['handle_to_first_s_min']:.3f} s, "
         f"process {r['process_s_min']:.2f} s\n"
+        f"{'':24s} host (choosing and enqueueing, before the final sync): first {r['first_host_s']:.3f} s, "
+        f"warm {r['warm_host_s']:.3f} s; the device's remaining work after it: first "
+        f"{r['first_s'] - r['first_host_s']:.3f} s, warm {r['warm_s'] - r['warm_host_s']:.3f} s\n"
         f"{'':24s} first iteration: choosing {r['choose_s']:.3f} s (find: timing, compiling included), "
         f"compiling {r['build_s']:.3f} s (summed over threads), loading kernels {r['load_s']:.3f} s, "
         f"vendor library calls {r['library_s']:.3f} s; runs that were no replay (the three before "
