@@ -66,29 +66,43 @@ def _nonsense(solver: Any, time_ms: Any, workspace: Any, algorithm: Any) -> str 
     return None
 
 
+_COLUMNS = "solver, time_ms, workspace, algorithm, params"
+
+
 class FindDb:
     def __init__(self, db_basename: str, backend_name: str):
         self._user, self._system = udb_files(
             db_basename, backend_name, "find_db", SCHEMA, SCHEMA_VERSION, MIGRATIONS
         )
+        self._system_rows: dict[tuple[str, str], list[tuple]] | None = None
 
     def load(self, problem_key: str, primitive: str = "conv") -> list[FindRecord] | None:
         """The ranked records, fastest first as stored, or None when neither file has the problem."""
         if config.disable_find_db():
             return None
-        for db in (self._user, self._system):
-            records = self._load(db, primitive, problem_key)
-            if records:
-                return records
-        return None
+        sql = f"SELECT {_COLUMNS} FROM find_db WHERE primitive = ? AND problem_key = ? ORDER BY rank"
+        records = self._records(self._user, problem_key, self._user.query(sql, (primitive, problem_key)))
+        if records:
+            return records
+        rows = self._system_lists().get((primitive, problem_key), [])
+        return self._records(self._system, problem_key, rows)
 
-    def _load(self, db: SqliteFile, primitive: str, problem_key: str) -> list[FindRecord] | None:
-        sql = (
-            "SELECT solver, time_ms, workspace, algorithm, params FROM find_db "
-            "WHERE primitive = ? AND problem_key = ? ORDER BY rank"
-        )
+    def _system_lists(self) -> dict[tuple[str, str], list[tuple]]:
+        """Every ranked list of the system file, read in one query on first use (a system file is
+        read-only and opened immutable: it cannot change under a process). A network's first
+        iteration asks for each of its problems; one query per problem cost more."""
+        if self._system_rows is None:
+            lists: dict[tuple[str, str], list[tuple]] = {}
+            order = "ORDER BY primitive, problem_key, rank"
+            sql = f"SELECT primitive, problem_key, {_COLUMNS} FROM find_db {order}"
+            for primitive, key, *row in self._system.query(sql):
+                lists.setdefault((primitive, key), []).append(tuple(row))
+            self._system_rows = lists
+        return self._system_rows
+
+    def _records(self, db: SqliteFile, problem_key: str, rows: list[tuple]) -> list[FindRecord] | None:
         records = []
-        for solver, time_ms, workspace, algorithm, params in db.query(sql, (primitive, problem_key)):
+        for solver, time_ms, workspace, algorithm, params in rows:
             solver_config = None
             if params is not None:
                 solver_config = load_json(params, f"{db.path}: find {problem_key} {solver}")

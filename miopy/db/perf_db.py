@@ -83,16 +83,33 @@ class PerfDb:
         self._user, self._system = udb_files(
             db_basename, backend_name, "perf_db", SCHEMA, SCHEMA_VERSION, MIGRATIONS
         )
+        self._system_rows: dict[tuple[str, str], list[tuple[Any, Any]]] | None = None
+
+    def _system_records(self, primitive: str, problem_key: str) -> list[tuple[Any, Any]]:
+        """(solver, params) rows of the system file, every row read in one query on first use (it
+        is read-only and opened immutable: it cannot change under a process)."""
+        if self._system_rows is None:
+            rows: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+            for prim, key, name, text in self._system.query(
+                "SELECT primitive, problem_key, solver, params FROM perf_db"
+            ):
+                rows.setdefault((prim, key), []).append((name, text))
+            self._system_rows = rows
+        return self._system_rows.get((primitive, problem_key), [])
 
     def _rows(
         self, db: SqliteFile, primitive: str, problem_key: str, solver: str | None
     ) -> dict[str, dict[str, Any]]:
-        sql = "SELECT solver, params FROM perf_db WHERE primitive = ? AND problem_key = ?"
-        params = [primitive, problem_key]
-        if solver is not None:
-            sql, params = sql + " AND solver = ?", params + [solver]
+        if db is self._system:
+            rows = [r for r in self._system_records(primitive, problem_key) if solver in (None, r[0])]
+        else:
+            sql = "SELECT solver, params FROM perf_db WHERE primitive = ? AND problem_key = ?"
+            params = [primitive, problem_key]
+            if solver is not None:
+                sql, params = sql + " AND solver = ?", params + [solver]
+            rows = db.query(sql, params)
         found = {}
-        for name, text in db.query(sql, params):
+        for name, text in rows:
             value = load_json(text, f"{db.path}: {primitive} {problem_key} {name}")
             if value is not None:
                 found[name] = value

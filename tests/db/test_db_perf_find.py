@@ -116,6 +116,36 @@ def test_find_user_list_wins_whole(db_env, monkeypatch):
     assert db.load(KEY) == RANKED[2:]
 
 
+def test_system_records_are_read_in_one_query(db_env, monkeypatch):
+    """A network's first iteration asks the system file about each of its problems: its rows
+    are read once, on first use, and every answer comes from them (the user file still first)."""
+    other = KEY.replace("-F", "-B")
+
+    def fill(perf, find):
+        find.store(KEY, RANKED)
+        find.store(other, RANKED[1:2])
+        perf.store(KEY, "A", {"tile": 8})
+        perf.store(KEY, "B", {"tile": 4})
+        perf.store(other, "A", {"tile": 2})
+
+    make_system_db(db_env, monkeypatch, fill)
+    find, perf = FindDb(BASE, BACKEND), PerfDb(BASE, BACKEND)
+    asked = []
+    for db in (find._system, perf._system):
+        real = db.query
+        monkeypatch.setattr(db, "query", lambda *a, real=real: asked.append(a[0]) or real(*a))
+    for _ in range(2):
+        assert find.load(KEY) == RANKED and find.load(other) == RANKED[1:2]
+        assert find.load("1-2-3") is None and find.load(KEY, primitive="activ") is None
+        assert perf.load(KEY, "A") == {"tile": 8} and perf.load(KEY, "C") is None
+        assert perf.records(KEY) == {"A": {"tile": 8}, "B": {"tile": 4}}
+        assert perf.load(other, "A") == {"tile": 2} and perf.records("1-2-3") == {}
+    assert len(asked) == 2  # one query of each table
+    find.store(other, RANKED[2:])
+    perf.store(KEY, "A", {"tile": 16})
+    assert find.load(other) == RANKED[2:] and perf.load(KEY, "A") == {"tile": 16}
+
+
 def test_perf_and_find_share_the_user_file(db_env):
     PerfDb(BASE, BACKEND).store(KEY, "A", {"tile": 8})
     FindDb(BASE, BACKEND).store(KEY, RANKED)
