@@ -21,7 +21,11 @@
 #     PYTHONPATH=/tmp/nv130:$PWD python -m miopy kernels build resnet50 --batch 32 --arch sm_90 \
 #     --cu 132 -o dist/kdb
 # FIRST_CALL_BUDGET: seconds for the whole script (default 300); FIRST_CALL_FIND=1 adds find mode;
-# FIRST_CALL_TESTS=1 first runs tests/backend/test_cuda_fastpath.py (cuBLASLt solvers, prepared calls).
+# FIRST_CALL_TESTS=1 first runs tests/backend/test_cuda_fastpath.py (cuBLASLt solvers, prepared calls);
+# FIRST_CALL_PIN=1 first rewrites the shipped DB's index-named cuBLASLt records by attribute values
+# (scripts/pin_lt_records.py; the result, pinned.db, goes to $OUT); FIRST_CALL_VARIANTS: the
+# variants of the immediate-mode run (default none,kdb,kdb-warm-up,kdb-no-choices).
+# After the benchmark, benchmarks/library_first_calls.py times the package's library calls.
 # A cProfile of one more first iteration with the package goes to first_iteration_profile.txt.
 # Every benchmark process has a time cap; a stopped one reports how far it got.
 set -uo pipefail
@@ -53,6 +57,13 @@ if [ "${FIRST_CALL_TESTS:-0}" = 1 ]; then
     echo "== GPU tests: tests/backend/test_cuda_fastpath.py"
     timeout 120 python3 -m pytest tests/backend/test_cuda_fastpath.py -q -x -p no:cacheprovider 2>&1 | tail -6
     tests=${PIPESTATUS[0]}
+fi
+
+if [ "${FIRST_CALL_PIN:-0}" = 1 ]; then
+    echo
+    echo "== the shipped DB's cuBLASLt index records, named by attribute values"
+    timeout 60 python3 scripts/pin_lt_records.py miopy/data/sm_9084.db
+    [ -n "${OUT:-}" ] && cp miopy/data/sm_9084.db "$OUT/pinned.db"
 fi
 
 echo
@@ -114,9 +125,13 @@ echo "== first call, immediate mode, the package built here: one convolution, th
 cap=60
 timeout --kill-after=10 $(($(left) - 60)) python3 benchmarks/first_call.py --backend cuda \
     --workload resnet50-iter --batch 32 --kdb "$use" --modes immediate --cases conv,iter \
-    --variants none,kdb,kdb-warm-up,kdb-no-choices --repeat "$repeat" --time-cap "$cap" \
+    --variants "${FIRST_CALL_VARIANTS:-none,kdb,kdb-warm-up,kdb-no-choices}" --repeat "$repeat" --time-cap "$cap" \
     --json "$json_dir/first_call_immediate.json" --profile "$json_dir/first_iteration_profile.txt"
 immediate=$?
+
+echo
+echo "== the first cuBLAS and cuBLASLt calls of a fresh process (the package's library calls)"
+MIOPY_KDB_PATH="$(dirname "$use")" timeout 60 python3 benchmarks/library_first_calls.py
 
 echo
 echo "== first call, immediate mode, the carried package (built on a CPU machine)"
