@@ -3,6 +3,7 @@ processes see changes to the environment."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -179,3 +180,19 @@ def bench_flush_l2() -> bool:
     """MIOPY_BENCH_FLUSH_L2: find, tuning and the driver evict the L2 cache before each timed run
     (off by default: back-to-back runs, as a network runs them)."""
     return _flag("BENCH_FLUSH_L2")
+
+
+def debug_wgmma_config() -> dict | None:
+    """MIOPY_DEBUG_WGMMA_CONFIG: a JSON object of config fields (e.g. ``{"ws": 2, "stages": 5}``)
+    that the wgmma solvers' default configs take where the result is still valid, as MIOpen's
+    *_PERF_VALS debug knobs force a config (for measuring a variant; tuned records win)."""
+    value = _env("DEBUG_WGMMA_CONFIG")
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise bad("MIOPY_DEBUG_WGMMA_CONFIG", value, "expected a JSON object of config fields")
+    return parsed

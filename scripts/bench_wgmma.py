@@ -7,11 +7,13 @@ output first. Before the sweep, a few small GEMM-like problems show where wrong 
 row and column block), should any config be wrong. Needs torch, cupy and cuda-bindings.
 
     python scripts/bench_wgmma.py [--dtypes fp16] [--layers 0,1,2,3] [--directions F,B]
-        [--configs all|wide|focus|default] [--flush] [--json out.json]
+        [--configs all|wide|focus|variants|default] [--flush] [--json out.json]
 
 ``--directions B`` sweeps ConvWgmmaBwdNhwc (backward data) against cuDNN's dx; ``--configs focus``
 keeps the 4-stage configs that are warp-specialized or of 256 rows, split at most 4 ways (the
-default first); ``--flush`` times with the L2 flushed before each launch, as benchmarks/conv.py does.
+default first); ``--configs variants`` the default's tile and a few near-tied ones, with both
+warp-specialized pipelines (``ws`` 1 and 2) and 3 to 6 stages; ``--flush`` times with the L2
+flushed before each launch, as benchmarks/conv.py does.
 """
 
 from __future__ import annotations
@@ -54,6 +56,24 @@ def problem_of(
         ConvDesc((pad, pad)),
         direction,
     )
+
+
+# Near-tied block tiles (bm, bn, split_k) timed beside the default's by --configs variants
+VARIANT_TILES = {0: [(192, 64, 1), (256, 64, 1)], 2: [(192, 128, 2)], 3: [(192, 128, 3)]}
+
+
+def variants(solver, handle, problem, layer: int, default: dict) -> list[dict]:
+    """The default's tile and VARIANT_TILES[layer], each warp-specialized both ways (ws 1, 2)
+    with 3 to 6 stages, where valid."""
+    tiles = [(default["bm"], default["bn"], default["split_k"]), *VARIANT_TILES.get(layer, [])]
+    out = []
+    for bm, bn, split in tiles:
+        for ws in (1, 2):
+            for stages in (3, 4, 5, 6):
+                config = wg_config(bm, bn, stages, split, ws)
+                if solver.is_valid_config(handle, problem, config) and config not in out:
+                    out.append(config)
+    return out
 
 
 def focus(space: list[dict]) -> list[dict]:
@@ -136,7 +156,7 @@ def diagnose_bwd(handle) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--configs", default="all", choices=["all", "wide", "focus", "default"])
+    ap.add_argument("--configs", default="all", choices=["all", "wide", "focus", "variants", "default"])
     ap.add_argument("--directions", default="F")
     ap.add_argument("--flush", action="store_true")
     ap.add_argument("--layers", default="0,1,2,3")
@@ -155,7 +175,8 @@ def main() -> int:
     for dtype, direction in [(t, d) for t in args.dtypes.split(",") for d in args.directions.split(",")]:
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
         solver = SOLVER if direction == "F" else ConvWgmmaBwdNhwc()
-        for c, hw, k in [LAYERS[int(i)] for i in args.layers.split(",")]:
+        for index in [int(i) for i in args.layers.split(",")]:
+            c, hw, k = LAYERS[index]
             xs = [
                 torch.randn(BATCH, c, hw, hw, device="cuda", dtype=tdt).to(memory_format=torch.channels_last)
                 for _ in range(SETS)
@@ -176,7 +197,11 @@ def main() -> int:
             problem = problem_of(dtype, BATCH, c, hw, k, 3, 1, direction)
             flops = 2.0 * BATCH * hw * hw * k * c * 9
             configs = [solver.default_config(handle, problem)]
-            if args.configs != "default":
+            if args.configs == "variants":
+                configs += [
+                    cfg for cfg in variants(solver, handle, problem, index, configs[0]) if cfg not in configs
+                ]
+            elif args.configs != "default":
                 space = list(solver.search_space(handle, problem))
                 if args.configs == "wide":  # 128- and 256-row blocks of the default's width
                     space = [c for c in space if c["bm"] >= 128 and c["bn"] == configs[0]["bn"]]

@@ -13,6 +13,7 @@ import pytest
 import support
 
 from miopy import backends
+from miopy.errors import BadParm
 from miopy.problem.conv import ConvProblem
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.igemm_common import cluster_split
@@ -81,7 +82,7 @@ def test_default_config_follows_the_problem():
     assert l3 == wg_config(128, 64, 4, ws=1)  # K = 64: two blocks per SM
     # the wave model: 131 blocks of 192 rows on 132 SMs rather than 98 of 256
     assert l6 == wg_config(192, 128, 4, ws=1) and grid_blocks(RESNET[1], l6) == 131
-    assert l9 == wg_config(192, 64, 4, ws=1) and grid_blocks(RESNET[2], l9) == 132
+    assert l9 == wg_config(192, 64, 4, ws=2) and grid_blocks(RESNET[2], l9) == 132
     # 7x7 images: fewer tiles than SMs, so the reduction is split in a cluster
     assert l12["split_k"] > 1 and cluster_split(CTX, l12)
     for problem, config in zip(RESNET, (l3, l6, l9, l12)):
@@ -152,8 +153,20 @@ def test_warp_specialized_geometry():
     assert any(c["ws"] and c["split_k"] > 1 for c in space)
     assert all(cluster_split(CTX, c) for c in space if c["ws"] and c["split_k"] > 1)
     defaults = [SOLVER.default_config(CTX, p) for p in RESNET]
-    want = [(128, 1, 1), (192, 1, 1), (192, 1, 1), (128, 2, 1)]
+    want = [(128, 1, 1), (192, 1, 1), (192, 1, 2), (128, 2, 1)]
     assert [(d["bm"], d["split_k"], d["ws"]) for d in defaults] == want
+
+
+def test_debug_knob_forces_default_fields(monkeypatch):
+    """MIOPY_DEBUG_WGMMA_CONFIG replaces the default's fields where the result is valid."""
+    l6 = SOLVER.default_config(CTX, RESNET[1])
+    monkeypatch.setenv("MIOPY_DEBUG_WGMMA_CONFIG", '{"ws": 2, "stages": 5}')
+    assert SOLVER.default_config(CTX, RESNET[1]) == {**l6, "ws": 2, "stages": 5}
+    monkeypatch.setenv("MIOPY_DEBUG_WGMMA_CONFIG", '{"stages": 8}')  # 8 stages of 192 x 128: too big
+    assert SOLVER.default_config(CTX, RESNET[1]) == l6
+    monkeypatch.setenv("MIOPY_DEBUG_WGMMA_CONFIG", "[5]")
+    with pytest.raises(BadParm, match="MIOPY_DEBUG_WGMMA_CONFIG"):
+        SOLVER.default_config(CTX, RESNET[1])
 
 
 def test_three_warpgroup_geometry():
@@ -165,7 +178,7 @@ def test_three_warpgroup_geometry():
     (launch,) = SOLVER.get_program(CTX, problem, config).steps
     d = dict(launch.spec.defines)
     assert (d["WG_BM"], d["WG_WS"], d["IG_SPLIT_K"], d["IG_CLUSTER"]) == (192, 1, 2, 1)
-    assert launch.spec.local_size == (512, 1) == (threads(config), 1)
+    assert launch.spec.local_size == (512, 1) == (threads(config), 1) == (threads({**config, "ws": 2}), 1)
     assert launch.spec.global_size == (33 * 2 * 512, 2)  # 6272 rows / 192, 256 columns / 128
     assert launch.shared_mem == 4 * (192 + 128) * 128 + 16 * 4 + 1024
     assert not SOLVER.is_valid_config(CTX, problem, {**config, "ws": 0})
@@ -347,8 +360,9 @@ def test_wgmma_warp_specialized_cluster_split(handle):
         (BWD, make("bf16", (3, 72, 10, 13), (48, 72, 3, 3), "B", pads=(1, 1)), wg_config(192, 64, 4, ws=1)),
     ]
     for solver, problem, config in cases:
-        assert solver.is_valid_config(handle, problem, config), (problem.key(), config)
-        support.check_solver(handle, solver, problem, rng, config)
+        for ws in (1, 2):  # 2: the copies complete the stages' barriers themselves
+            assert solver.is_valid_config(handle, problem, {**config, "ws": ws}), (problem.key(), config)
+            support.check_solver(handle, solver, problem, rng, {**config, "ws": ws})
 
 
 @pytest.mark.gpu

@@ -44,6 +44,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=64 -DWG_BN=256 -DWG_STAGES=3 -DWG_B_MN=1
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=192 -DWG_BN=128 -DWG_STAGES=4 -DWG_B_MN=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=2 -DWG_BM=192 -DWG_BN=128 -DWG_STAGES=5
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=192 -DWG_BN=64 -DWG_STAGES=5 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
@@ -61,7 +62,9 @@
 #define WG_B_MN 0 /* 1: backward data, B read N-major from the filter as it lies */
 #endif
 #ifndef WG_WS
-#define WG_WS 0 /* 1: a producer warpgroup loads, the others only multiply (mbarriers) */
+/* 1: a producer warpgroup loads, the others only multiply (mbarriers); 2: the same, with each
+   stage's full barrier completed by the copies themselves (cp.async.mbarrier.arrive.noinc) */
+#define WG_WS 0
 #endif
 /* The m16n8 view of the wgmma tiling for common/igemm_defines.h and the epilogues: a column of
    WG_BM / 16 warps, each a 16 x WG_BN warp tile, k-tiles of 64. */
@@ -122,6 +125,12 @@ DEVICE_FN void mbar_init(u32 addr, u32 count)
 DEVICE_FN void mbar_arrive(u32 addr)
 {
     asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+/* Arrives on the mbarrier at `addr` once every cp.async this thread issued so far has landed
+   (the arrival is one of the barrier's expected count: noinc). */
+DEVICE_FN void cp_async_mbar_arrive(u32 addr)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(addr) : "memory");
 }
 /* Waits (acquire) until the phase of parity `parity` of the mbarrier at `addr` has completed. */
 DEVICE_FN void mbar_wait(u32 addr, u32 parity)
@@ -241,7 +250,8 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     if(warp < 4)
     {
         /* producer: tile t into stage t % WG_STAGES once the consumers freed it; stage
-           t - WG_LAG signalled full once this thread's copies of it have landed */
+           t - WG_LAG signalled full once this thread's copies of it have landed (WG_WS 2: the
+           copies of tile t signal its stage themselves, no wait here) */
         int stage = 0;
         u32 round = 0;
         for(int t = 0; t < nkt; ++t)
@@ -249,6 +259,9 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
             if(t >= WG_STAGES)
                 mbar_wait(bars + 8 * (WG_STAGES + stage), (round - 1) & 1);
             load_tile(base + stage * WG_STAGE_BYTES, t);
+#if WG_WS == 2
+            cp_async_mbar_arrive(bars + 8 * stage);
+#else
             cp_async_commit();
             if(t >= WG_LAG)
             {
@@ -256,13 +269,16 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
                 fence_proxy_async();
                 mbar_arrive(bars + 8 * ((t - WG_LAG) % WG_STAGES));
             }
+#endif
             if(++stage == WG_STAGES)
                 stage = 0, ++round;
         }
+#if WG_WS != 2
         cp_async_wait<0>();
         fence_proxy_async();
         for(int t = nkt > WG_LAG ? nkt - WG_LAG : 0; t < nkt; ++t)
             mbar_arrive(bars + 8 * (t % WG_STAGES));
+#endif
     }
     else
     {
@@ -273,6 +289,9 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
         for(int t = 0; t < nkt; ++t)
         {
             mbar_wait(bars + 8 * stage, round & 1);
+#if WG_WS == 2
+            fence_proxy_async(); /* the copies (generic proxy) seen here, before wgmma reads them */
+#endif
             const u32 st = base + stage * WG_STAGE_BYTES;
             const u64 da = wgmma_desc(st + a_rows);
             wgmma_fence();

@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from miopy import config as knobs
 from miopy.problem.conv import ConvProblem, Direction
 from miopy.solution import KernelSpec
 from miopy.solvers.conv.igemm_common import (
@@ -42,8 +43,9 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "bn": (64, 128, 256),  # GEMM columns per block: the wgmma's N
     "stages": (3, 4, 5, 6, 7, 8),  # k-tiles of 64 in the shared-memory ring
     "split_k": (1, 2, 3, 4, 6, 8),  # blocks sharing the reduction
-    # 1: one more warpgroup loads, signalling stages through mbarriers (splits in a cluster only)
-    "ws": (0, 1),
+    # 1: one more warpgroup loads, signalling stages through mbarriers (splits in a cluster only);
+    # 2: the same, each stage signalled by its copies themselves (cp.async.mbarrier.arrive)
+    "ws": (0, 1, 2),
 }
 FIELDS = tuple(DOMAIN)
 MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
@@ -53,8 +55,9 @@ MIN_SLICE_TILES = 6  # k-tiles of each slice of a split reduction, at least
 SEARCH_STAGES = (3, 4, 5, 6)
 # The block tiles the default chooses among for outputs wider than 64 (bm, bn, ws), by
 # wave_config's model: 192 rows (three consumer warpgroups) fit 131 tiles in a wave where 256
-# rows leave a quarter of the SMs idle (the 28x28 ResNet layer: 25088 rows).
-DEFAULT_TILES = ((256, 128, 0), (192, 128, 1), (128, 128, 1), (192, 64, 1))
+# rows leave a quarter of the SMs idle (the 28x28 ResNet layer: 25088 rows). 192 x 64 takes the
+# copy-signalled pipeline (ws 2), which was faster there and slower for the wider tiles (below).
+DEFAULT_TILES = ((256, 128, 0), (192, 128, 1), (128, 128, 1), (192, 64, 2))
 SPLIT_COST = 0.05  # a cluster split's epilogue, as a share of the block's reduction, per slice
 
 
@@ -65,7 +68,7 @@ def wg_config(bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0) -> d
 def threads(config: dict[str, int]) -> int:
     """128 threads (one warpgroup) per 64 rows of the block tile, and one more warpgroup (the
     producer) with ``ws``."""
-    return (config["bm"] // 64 + config["ws"]) * 128
+    return (config["bm"] // 64 + (1 if config["ws"] else 0)) * 128
 
 
 def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
@@ -194,13 +197,17 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         """For K <= 64 (the GEMM's columns): 128 x 64 blocks, 4 stages, warp-specialized (two
         blocks per SM; on the H200, fp16, 2026-11-22: 25.5 us on 56x56 K64 against 26.2 without
         the producer warpgroup). Wider: wave_config's choice. 64 x 64 with 3 stages where
-        neither is valid (a small device)."""
+        neither is valid (a small device). MIOPY_DEBUG_WGMMA_CONFIG's fields replace the
+        choice's where the result is valid."""
         if self.width_of(problem) <= 64:
             config = wg_config(128, 64, 4, ws=1)
         else:
             config = self.wave_config(ctx, problem) or wg_config(64, 64, 3)
         if not self.is_valid_config(ctx, problem, config):
             config = wg_config(64, 64, 3)
+        forced = knobs.debug_wgmma_config()
+        if forced and self.is_valid_config(ctx, problem, {**config, **forced}):
+            config = {**config, **forced}
         return config
 
     def wave_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
@@ -216,7 +223,14 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         128 x 128 split in 2. On the H200 (fp16, L2 flushed, scripts/bench_wgmma.py, 2026-11-23)
         these were the fastest of the 4-stage sweep, forward and backward data: 28x28 20.2 us
         (256 x 128: 25.1), 14x14 22.7 us (192 x 128 split 2: 23.2; 128 x 128: 24.3), 7x7 26.9 us;
-        every config of more than one wave of blocks was slower (28x28, 128 x 128: 28.1 us)."""
+        every config of more than one wave of blocks was slower (28x28, 128 x 128: 28.1 us).
+        Pipelines (same sweep with ws 1 / 2 and 3-6 stages, then benchmarks/conv.py with
+        MIOPY_DEBUG_WGMMA_CONFIG): ws 2 made 192 x 64 on 14x14 faster in all four measurements
+        (forward 22.5 against 23.2 us, backward 23.9 against 24.4; in the benchmark fp16 / bf16
+        forward 22.5 / 22.3 against 22.8 / 23.1 us, backward 23.9 / 23.9 against 24.3 / 24.3) but
+        192 x 128 on 28x28 slower (21.9 against 20.3 us forward) and 128 x 128 split 2 on 7x7
+        backward too (30.4 against 29.0), with more registers per thread (128 and 164 against
+        95 and 110); 5 stages were within 1% of 4."""
         cus = compute_units(ctx)
         kt = self.k_tiles(problem, wg_config(64, 64, 3))
         best: dict[str, Any] | None = None
@@ -267,9 +281,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                 config = {**base, "split_k": split}
                 if self.is_valid_config(ctx, problem, config):
                     out.append(config)
-                specialised = {**config, "ws": 1}  # a producer warpgroup loads
-                if self.is_valid_config(ctx, problem, specialised):
-                    out.append(specialised)
+                for ws in DOMAIN["ws"][1:]:  # a producer warpgroup loads
+                    specialised = {**config, "ws": ws}
+                    if self.is_valid_config(ctx, problem, specialised):
+                        out.append(specialised)
         return out or [self.default_config(ctx, problem)]
 
 
