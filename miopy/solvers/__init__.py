@@ -33,6 +33,7 @@ from miopy.solvers.conv.implicit_gemm_pad_wrw import ConvIgemmPadWrwNhwc
 from miopy.solvers.conv.implicit_gemm_phase_tf32x3 import ConvIgemmBwdPhaseTf32x3
 from miopy.solvers.conv.implicit_gemm_tf32x3 import ConvIgemmBwdTf32x3, ConvIgemmFwdTf32x3
 from miopy.solvers.conv.implicit_gemm_wgmma import ConvWgmmaBwdNhwc, ConvWgmmaFwdNhwc
+from miopy.solvers.conv.implicit_gemm_wgmma_wrw import ConvWgmmaWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
@@ -77,6 +78,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmBwdPhaseTf32x3(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
+        ConvWgmmaWrwNhwc(),
         ConvIgemmWrwNhwc(),
         ConvIgemmPadWrwNhwc(),
         ConvWinogradWrwF2x3Tf32x3(),

@@ -1,0 +1,321 @@
+/* Implicit-GEMM backward-weights convolution on Hopper's warpgroup MMA (ConvWgmmaWrwNhwc): fp16
+   or bf16 in, fp32 accumulation, packed NHWC x and dy, dw packed K x R x S x C, groups = 1. Built
+   for sm_90a only (wgmma); the solver is applicable on compute capability 9.0 alone.
+
+   dw[k][r][s][c] = sum over (n, p, q) of dy[n][p][q][k] * x[n][p*SH - PH + r*DH][q*SW - PW + s*DW][c]
+
+   GEMM view as in igemm_wrw.cu: D[m][t] = sum_j A[m][j] * B[j][t], m an output channel k (M = K),
+   t = (r, s, c) a filter tap (dw's row as it lies, N = R*S*C), j = (n, p, q) an output pixel (the
+   reduction, N*P*Q long). Both operands come in with the reduction index as their rows: A rows
+   are dy's pixels (WG_BM channels contiguous), B rows the im2col gather of x (each 16-byte chunk
+   8 channels of one tap). So both tiles lie MN-major in shared memory: k-tiles of 64 pixels,
+   one 128-byte row per pixel for each 64 columns (8 KB blocks, 1024-byte aligned), the 16-byte
+   chunk c of row r at chunk c ^ (r % 8), and the MMA takes both transposed (wgmma_mn: imm-trans-a
+   = imm-trans-b = 1; common/wgmma_sm90.h's wgmma_desc_mn, leading offset 8 KB between 64-column
+   blocks, stride offset 1 KB between 8-row groups, a 16-row k-slice 2 KB on).
+
+   A block of (WG_BM / 64) x WG_WN warpgroups (at most 4, 128 threads each) computes a WG_BM x WG_BN
+   tile of dw; warpgroup (i, j) owns rows 64 i .. 64 i + 63 and the WG_BN / WG_WN columns from
+   j * WG_BN / WG_WN, one wgmma m64nNk16 (N = WG_BN / WG_WN) per 16-pixel slice. Every thread
+   issues 16-byte cp.async copies (zero-filled past N*P*Q, past K or R*S*C and in the padding)
+   into a WG_STAGES-deep ring; the main loop is wgmma_fwd.cu's (per k-tile t: wait for its
+   copies, proxy fence, barrier, 4 MMAs and a commit, the copies of tile t + WG_STAGES - 2, then
+   wait until only tile t's MMAs are pending).
+
+   The reduction is long and dw small, so it splits over blockIdx.y (IG_SPLIT_K slices of the
+   pixels), in clusters of WG_CLUSTER consecutive slices (2 to 8) that sum their tiles through
+   distributed shared memory: with IG_CLUSTER one cluster holds every slice and writes dw; else
+   each cluster (or, with WG_CLUSTER = 1, each slice) leaves fp32 partials in its workspace slice
+   (WG_PARTS x K x R*S*C floats) and igemm_splitk_reduce sums them. The accumulators are m16n8
+   fragments side by side (one 16 x WG_BN / WG_WN warp tile per warp), so common/igemm_core.h's
+   cluster epilogue applies; the unsplit one rounds the tile through shared memory into 16-byte
+   stores, a workspace slice takes the fp32 fragments as they are.
+
+   Needs C % 8 == 0 and K % 8 == 0. */
+
+// miopy-target: sm_90a
+// miopy-compile-test: -DMIOPY_DTYPE=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=64 -DWG_BN=192 -DWG_WN=1 -DWG_STAGES=3 -DIG_SPLIT_K=6
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=256 -DWG_WN=2 -DWG_STAGES=4 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
+
+/* Tile defaults only so that the file compiles on its own (the solver defines them). */
+#ifndef WG_BM
+#define WG_BM 128
+#endif
+#ifndef WG_BN
+#define WG_BN 256
+#endif
+#ifndef WG_WN
+#define WG_WN 1 /* warpgroups side by side along N */
+#endif
+#ifndef WG_STAGES
+#define WG_STAGES 4
+#endif
+/* The m16n8 view of the wgmma tiling for common/igemm_defines.h and the epilogues: WG_BM / 16
+   warps down, WG_WN across, each a 16 x WG_BN / WG_WN warp tile; k-tiles of 64 pixels. */
+#define IG_BM WG_BM
+#define IG_BN WG_BN
+#define IG_BK 64
+#define IG_WARPS_M (WG_BM / 16)
+#define IG_WARPS_N WG_WN
+#define IG_STAGES WG_STAGES
+#include "common/igemm_defines.h"
+#include "common/igemm_core.h"
+#include "common/wgmma_sm90.h"
+
+#define WG_THREADS IG_THREADS
+#define WG_NW (WG_BN / WG_WN) /* the wgmma's N: columns of one warpgroup */
+#define WG_NPQ (IG_N * IG_P * IG_Q)
+#define WG_RSC (IG_R * IG_S * IG_C)
+#define WG_ACH (WG_BM / 8) /* 16-byte chunks of a pixel row of A (dy channels) */
+#define WG_BCH (WG_BN / 8) /* of a pixel row of B (filter taps) */
+#define WG_A_ITERS (64 * WG_ACH / WG_THREADS)
+#define WG_B_ITERS (64 * WG_BCH / WG_THREADS)
+#define WG_A_BYTES (WG_BM * 128)
+#define WG_STAGE_BYTES ((WG_BM + WG_BN) * 128)
+#define WG_TILES_N ((WG_RSC + WG_BN - 1) / WG_BN)
+#define WG_KT ((WG_NPQ + 63) / 64)
+#define WG_ACC (WG_NW / 2) /* fp32 accumulators per thread */
+
+static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 256, "64-row warpgroups");
+static_assert(WG_NW == 64 || WG_NW == 128 || WG_NW == 192 || WG_NW == 256, "wgmma widths");
+static_assert(WG_BN % WG_WN == 0 && WG_THREADS <= 512, "at most four warpgroups");
+static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
+static_assert(64 * WG_ACH % WG_THREADS == 0 && 64 * WG_BCH % WG_THREADS == 0, "even copies");
+static_assert(WG_THREADS % WG_ACH == 0, "a thread copies one column of A");
+
+#ifndef WG_CLUSTER
+#define WG_CLUSTER (IG_CLUSTER ? IG_SPLIT_K : 1) /* slices of a tile per thread-block cluster */
+#endif
+#define WG_PARTS (IG_SPLIT_K / WG_CLUSTER) /* cluster sums per tile, added up in the workspace */
+static_assert(IG_SPLIT_K % WG_CLUSTER == 0 && WG_CLUSTER <= 8, "whole clusters of at most 8 slices");
+static_assert(!IG_CLUSTER || WG_PARTS == 1, "IG_CLUSTER: one cluster holds every slice");
+#if WG_CLUSTER > 1
+#define WG_CLUSTER_DIMS __cluster_dims__(1, WG_CLUSTER, 1) /* consecutive slices of a tile */
+#else
+#define WG_CLUSTER_DIMS
+#endif
+
+#if WG_CLUSTER > 1 && WG_PARTS > 1
+/* The sum over the cluster's WG_CLUSTER blocks of their fp32 tiles into `part` (the workspace
+   slice of this cluster): cluster_store_tile's scheme (each block leaves its tile in its own
+   shared memory; block `rank` sums rows rank, rank + WG_CLUSTER, ...) with fp32 stores. Every
+   thread of every block of the cluster calls it. */
+template <class RowOff>
+DEVICE_FN void cluster_sum_to_part(uint4* smem, const float (&acc)[1][IG_NI][4], int wm0, int wn0, int lane, int tid,
+                                   int cols_left, float* RESTRICT part, RowOff& row_off)
+{
+    constexpr int PITCH = WG_BN + 4; /* floats */
+    constexpr int RC = WG_BN / 8;
+    constexpr int MY_ROWS = (WG_BM + WG_CLUSTER - 1) / WG_CLUSTER;
+    float* tile = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for(int j = 0; j < IG_NI; ++j)
+    {
+        const int row = wm0 + (lane >> 2);
+        const int col = wn0 + j * 8 + (lane & 3) * 2;
+        *reinterpret_cast<float2*>(tile + row * PITCH + col) = make_float2(acc[0][j][0], acc[0][j][1]);
+        *reinterpret_cast<float2*>(tile + (row + 8) * PITCH + col) = make_float2(acc[0][j][2], acc[0][j][3]);
+    }
+    cluster_sync();
+    const int rank = (int)cluster_rank();
+    const u32 tile_addr = smem_addr(smem);
+    for(int e = tid; e < MY_ROWS * RC; e += WG_THREADS)
+    {
+        const int row = rank + (e / RC) * WG_CLUSTER;
+        const int ch = e % RC;
+        if(row >= WG_BM || ch * 8 >= cols_left)
+            continue;
+        const int off = row_off(row);
+        if(off < 0)
+            continue;
+        const u32 addr = tile_addr + (u32)((row * PITCH + ch * 8) * 4);
+        float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+#pragma unroll
+        for(int s = 0; s < WG_CLUSTER; ++s)
+        {
+            const u32 a = cluster_map(addr, (u32)s);
+            const float4 l = cluster_ld4(a), h = cluster_ld4(a + 16);
+            lo.x += l.x, lo.y += l.y, lo.z += l.z, lo.w += l.w;
+            hi.x += h.x, hi.y += h.y, hi.z += h.z, hi.w += h.w;
+        }
+        float4* dst = reinterpret_cast<float4*>(part + off + ch * 8);
+        dst[0] = lo;
+        dst[1] = hi;
+    }
+    cluster_sync(); /* no block leaves (freeing its tile) while another still reads it */
+}
+#endif
+
+KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
+    wgmma_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws)
+{
+    /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
+       at the first 1024-byte boundary (the swizzle's period) */
+    extern __shared__ __align__(1024) uint4 smem_raw[];
+    const u32 raw_base = smem_addr(smem_raw);
+    const u32 base = (raw_base + 1023u) & ~1023u;
+    [[maybe_unused]] uint4* smem = smem_raw + (base - raw_base) / 16;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wg = warp >> 2;
+    const int wg_m = wg / WG_WN;
+    const int wg_n = wg - wg_m * WG_WN;
+    const int bid = blockIdx.x;
+    const int m0 = (bid / WG_TILES_N) * WG_BM;
+    const int n0 = (bid % WG_TILES_N) * WG_BN;
+    /* split-K: this block reduces pixel k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
+    const int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
+    const int kt1 = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K);
+    const int nkt = kt1 - kt0;
+
+    /* A: this thread's 8 dy channels (one chunk column for every row it copies) */
+    const int a_ch = tid % WG_ACH;
+    const int a_row0 = tid / WG_ACH;
+    const int a_k = m0 + a_ch * 8;
+    const bool a_k_ok = a_k < IG_K;
+
+    auto load_tile = [&](u32 stage_addr, int t) { /* pixel k-tile kt0 + t */
+        const int pix0 = (kt0 + t) * 64;
+#pragma unroll
+        for(int i = 0; i < WG_A_ITERS; ++i)
+        {
+            const int row = a_row0 + i * (WG_THREADS / WG_ACH);
+            const int m = pix0 + row;
+            const bool ok = a_k_ok && m < WG_NPQ;
+            const data_t* src = dy + (ok ? (i64)m * IG_K + a_k : 0);
+            const u32 dst = (u32)((a_ch >> 3) * 8192 + row * 128 + (((a_ch & 7) ^ (row & 7)) << 4));
+            cp_async_16(stage_addr + dst, src, ok);
+        }
+#pragma unroll
+        for(int i = 0; i < WG_B_ITERS; ++i)
+        {
+            const int e = tid + i * WG_THREADS;
+            const int row = e / WG_BCH;
+            const int ch = e - row * WG_BCH;
+            const int tap = n0 + ch * 8;
+            const int rs = tap / IG_C;
+            const int c = tap - rs * IG_C;
+            const int r = rs / IG_S;
+            const int s = rs - r * IG_S;
+            const int m = pix0 + row;
+            const int n = m / (IG_P * IG_Q);
+            const int pq = m - n * (IG_P * IG_Q);
+            const int p = pq / IG_Q;
+            const int q = pq - p * IG_Q;
+            const int ih = p * IG_SH - IG_PH + r * IG_DH;
+            const int iw = q * IG_SW - IG_PW + s * IG_DW;
+            const bool ok = tap < WG_RSC && m < WG_NPQ && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
+            const data_t* src = x + (ok ? ((n * IG_H + ih) * IG_W + iw) * IG_C + c : 0);
+            const u32 dst = (u32)((ch >> 3) * 8192 + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+            cp_async_16(stage_addr + WG_A_BYTES + dst, src, ok);
+        }
+    };
+
+    float acc[WG_ACC];
+#pragma unroll
+    for(int i = 0; i < WG_ACC; ++i)
+        acc[i] = 0.0f;
+
+    /* this warpgroup's 64 rows of A (one 8 KB block) and WG_NW columns of B */
+    const u32 a_off = (u32)(wg_m * 8192);
+    const u32 b_off = (u32)(WG_A_BYTES + wg_n * (WG_NW / 64) * 8192);
+#pragma unroll
+    for(int s = 0; s < WG_STAGES - 2; ++s)
+    {
+        if(s < nkt)
+            load_tile(base + s * WG_STAGE_BYTES, s);
+        cp_async_commit();
+    }
+    int read_stage = 0;
+    int write_stage = WG_STAGES - 2;
+    for(int t = 0; t < nkt; ++t)
+    {
+        cp_async_wait<WG_STAGES - 3>(); /* this thread's copies of tile t are in */
+        fence_proxy_async();
+        __syncthreads(); /* everyone's are; every warpgroup is done with tile t - 2 */
+        const u32 stage = base + read_stage * WG_STAGE_BYTES;
+        const u64 da = wgmma_desc_mn(stage + a_off);
+        const u64 db = wgmma_desc_mn(stage + b_off);
+        wgmma_fence();
+#pragma unroll
+        for(int ks = 0; ks < 4; ++ks) /* 16-pixel slices: 16 rows of 128 bytes, 2048 bytes on */
+            wgmma_mn<WG_NW>(acc, da + 128 * ks, db + 128 * ks);
+        wgmma_commit();
+        if(t + WG_STAGES - 2 < nkt)
+            load_tile(base + write_stage * WG_STAGE_BYTES, t + WG_STAGES - 2);
+        cp_async_commit();
+        write_stage = write_stage == WG_STAGES - 1 ? 0 : write_stage + 1;
+        read_stage = read_stage == WG_STAGES - 1 ? 0 : read_stage + 1;
+        wgmma_wait<1>();
+        wgmma_fence_regs(acc);
+    }
+    wgmma_wait<0>();
+    wgmma_fence_regs(acc);
+    cp_async_wait<0>();
+    __syncthreads(); /* the ring is free for the epilogue */
+
+    /* ---- epilogue: this warp's 16 x WG_NW tile as m16n8 fragments; tile row r is dw row m0 + r ---- */
+    const float(&frag)[1][IG_NI][4] = *reinterpret_cast<const float(*)[1][IG_NI][4]>(acc);
+    const int wm0 = wg_m * 64 + (warp & 3) * 16;
+    const int wn0 = wg_n * WG_NW;
+    auto row_off = [&](int row) -> int { return m0 + row < IG_K ? (m0 + row) * WG_RSC + n0 : -1; };
+#if IG_CLUSTER
+    cluster_store_tile<WG_BM, WG_BN, WG_THREADS, 1, IG_NI, IG_SPLIT_K>(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0,
+                                                                      dw, row_off);
+#elif WG_PARTS > 1 && WG_CLUSTER > 1
+    /* this cluster's sum into its workspace slice */
+    cluster_sum_to_part(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0,
+                        ws + (i64)(blockIdx.y / WG_CLUSTER) * IG_K * WG_RSC, row_off);
+#elif IG_SPLIT_K > 1
+    /* fp32 partials of this slice straight from the fragments */
+    float* part = ws + (i64)blockIdx.y * IG_K * WG_RSC;
+#pragma unroll
+    for(int h = 0; h < 2; ++h)
+    {
+        const int off = row_off(wm0 + h * 8 + (lane >> 2));
+        if(off < 0)
+            continue;
+#pragma unroll
+        for(int j = 0; j < IG_NI; ++j)
+        {
+            const int col = wn0 + j * 8 + (lane & 3) * 2;
+            if(col < WG_RSC - n0)
+                *reinterpret_cast<float2*>(part + off + col) = make_float2(frag[0][j][2 * h], frag[0][j][2 * h + 1]);
+        }
+    }
+#else
+    /* rounded into shared memory, then 16-byte row chunks (WG_BN / 8 per row need not divide
+       the threads) */
+    {
+        constexpr int PITCH = WG_BN + 8;
+        u32* ctile = reinterpret_cast<u32*>(smem);
+        const int row = wm0 + (lane >> 2);
+#pragma unroll
+        for(int j = 0; j < IG_NI; ++j)
+        {
+            const int cc = wn0 + j * 8 + (lane & 3) * 2;
+            ctile[(row * PITCH + cc) / 2] = pack2(frag[0][j][0], frag[0][j][1]);
+            ctile[((row + 8) * PITCH + cc) / 2] = pack2(frag[0][j][2], frag[0][j][3]);
+        }
+        __syncthreads();
+        for(int e = tid; e < WG_BM * WG_BCH; e += WG_THREADS)
+        {
+            const int r = e / WG_BCH;
+            const int ch = e - r * WG_BCH;
+            const int off = row_off(r);
+            if(off >= 0 && ch * 8 < WG_RSC - n0)
+                *reinterpret_cast<uint4*>(dw + off + ch * 8) = smem[(r * PITCH) / 8 + ch];
+        }
+    }
+#endif
+}
+
+/* Split-K through the workspace: dw = the sum of the WG_PARTS fp32 partial results, 8 taps per
+   thread. */
+KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dw)
+{
+    splitk_sum<WG_PARTS>(ws, dw, (i64)IG_K * WG_RSC);
+}
