@@ -4,7 +4,7 @@ layers (batch 32, NHWC, backward weights), on an sm_90 GPU.
 Timed as scripts/bench_igemm_bwd.py times (device events around back-to-back launches queued
 behind a sleep kernel, rotating input sets, median of repeats); every config is checked against
 cuDNN's dw first. ``--configs sweep`` tries block tiles x splits around the cost model's
-(CANDIDATE_TILES, SPLIT_FACTORS), ``space`` the solver's search space, ``default`` the default
+(CANDIDATE_TILES x SWEEP_STAGES), ``space`` the solver's search space, ``default`` the default
 alone. Needs torch, cupy and cuda-bindings.
 
     python scripts/bench_wgmma_wrw.py [--dtypes fp16] [--layers 0,1,2,3] [--configs sweep] [--json out.json]
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -32,44 +33,39 @@ from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc  # noqa: E402
 
 SOLVER = wg.ConvWgmmaWrwNhwc()
 MMA_SYNC = ConvIgemmWrwNhwc()
-# (bm, bn, wn, stages) tried in a sweep, where valid and no larger than the layer's dw
+# (bm, bn, wn) tried in a sweep with SWEEP_STAGES (where valid and no larger than the layer's dw)
 CANDIDATE_TILES = [
-    (64, 64, 1, 4),
-    (64, 128, 1, 4),
-    (64, 192, 1, 3),
-    (64, 192, 1, 4),
-    (64, 256, 1, 3),
-    (64, 256, 2, 4),
-    (64, 384, 2, 3),
-    (64, 512, 2, 3),
-    (128, 128, 1, 4),
-    (128, 128, 2, 4),
-    (128, 192, 1, 4),
-    (128, 256, 1, 3),
-    (128, 256, 2, 3),
-    (128, 256, 2, 4),
-    (256, 64, 1, 4),
-    (256, 128, 1, 4),
+    (64, 64, 1),
+    (64, 128, 1),
+    (64, 192, 1),
+    (64, 256, 2),
+    (128, 128, 1),
+    (128, 192, 1),
+    (128, 256, 2),
+    (256, 128, 1),
 ]
-SPLIT_FACTORS = (0.5, 1, 1.5, 2)  # times split_for's slices
+SWEEP_STAGES = (4, 6, 8)
 
 
 def sweep(handle, problem) -> list[dict]:
+    """Each candidate tile and stage count with the cost model's split for a cluster of 1, 2 and
+    4, and the best of those with half and twice the slices."""
     k, c, r, s = problem.w.lens
     cap_m = max(64, 1 << (k - 1).bit_length())
     cap_n = max(64, -(-(r * s * c) // 64) * 64)
     out = []
-    for bm, bn, wn, stages in CANDIDATE_TILES:
+    for (bm, bn, wn), stages in itertools.product(CANDIDATE_TILES, SWEEP_STAGES):
         base = wg.wrw_config(bm, bn, wn, stages)
         if bm > cap_m or bn > cap_n or not SOLVER.is_valid_config(handle, problem, base):
             continue
-        model = SOLVER.split_for(handle, problem, base)
-        for factor in SPLIT_FACTORS:
-            cluster, parts = wg.split_near(max(1, round(wg.slices(model) * factor)))
-            out.append(model if factor == 1 else {**base, "cluster": cluster, "parts": parts})
-        if wg.slices(model) > 8:  # the same split through the workspace alone
-            parts = min(wg.DOMAIN["parts"], key=lambda p: abs(p - wg.slices(model)))
-            out.append({**model, "cluster": 1, "parts": parts})
+        if stages == 8 and bm * bn > 64 * 128:
+            continue
+        splits = [SOLVER.split_for(handle, problem, base, (cluster,)) for cluster in (1, 2, 4)]
+        out += splits
+        best = min(splits, key=lambda cfg: SOLVER.estimate(handle, problem, cfg))
+        for factor in (0.5, 2):
+            cluster, parts = wg.split_near(max(1, round(wg.slices(best) * factor)))
+            out.append({**base, "cluster": cluster, "parts": parts})
     return out
 
 

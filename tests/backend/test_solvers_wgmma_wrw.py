@@ -99,8 +99,9 @@ def test_is_valid_config_rejects_garbage():
         {**good, "bn": 320},
         {**good, "stages": 2},
         {**good, "stages": 4.0},
-        {**good, "cluster": 9},
-        {**good, "parts": 5},
+        {**good, "cluster": 3},  # clusters of 3, 5, 7 fit GPCs badly
+        {**good, "cluster": 16},
+        {**good, "parts": 9},
         {k: v for k, v in good.items() if k != "parts"},
         {**good, "extra": 1},
     ):
@@ -110,7 +111,7 @@ def test_is_valid_config_rejects_garbage():
     assert not SOLVER.is_valid_config(support.fake_cuda_ctx(smem=100_000), RESNET[1], good)
     # ODD has 3*5*5 = 75 pixels: two k-tiles, so two slices at most
     assert k_tiles(ODD) == 2 and SOLVER.is_valid_config(CTX, ODD, wrw_config(64, 64, 1, 3, 2))
-    assert not SOLVER.is_valid_config(CTX, ODD, wrw_config(64, 64, 1, 3, 3))
+    assert not SOLVER.is_valid_config(CTX, ODD, wrw_config(64, 64, 1, 3, 4))
     assert not SOLVER.is_valid_config(CTX, ODD, wrw_config(64, 64, 1, 3, 1, 3))
 
 
@@ -196,13 +197,13 @@ def test_wgmma_wrw_random_problems(handle, dtype):
 @pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
 def test_wgmma_wrw_every_tile(handle):
     """Every block tile (bm, bn, wn: 16 valid ones) on a problem with partial tiles in K,
-    R*S*C and the pixels (5 k-tiles), each unsplit, in a cluster of 3 or in 2 clusters of 2
+    R*S*C and the pixels (5 k-tiles), each unsplit, in a cluster of 4 or in 2 clusters of 2
     in turn."""
     problem = make(
         "fp16", (3, 40, 13, 15), (136, 40, 3, 3), "W", pads=(1, 2), strides=(1, 2), dilations=(2, 1)
     )
     rng = np.random.default_rng(73)
-    splits = ((1, 1), (3, 1), (2, 2))
+    splits = ((1, 1), (4, 1), (2, 2))
     done = 0
     for bm in DOMAIN["bm"]:
         for bn in DOMAIN["bn"]:
@@ -223,9 +224,9 @@ def test_wgmma_wrw_splits(handle):
     for dtype, config in (
         ("fp16", wrw_config(128, 128, 1, 4, 8)),
         ("bf16", wrw_config(64, 192, 1, 4, 1, 12)),
-        ("fp16", wrw_config(64, 256, 2, 3, 7, 3)),
-        ("bf16", wrw_config(128, 256, 2, 4, 5, 2)),
-        ("fp16", wrw_config(256, 64, 1, 5, 3, 4)),
+        ("fp16", wrw_config(64, 256, 2, 3, 8, 3)),
+        ("bf16", wrw_config(128, 256, 2, 4, 4, 5)),
+        ("fp16", wrw_config(256, 64, 1, 6, 2, 7)),
     ):
         problem = make(dtype, (6, 96, 17, 19), (72, 96, 3, 3), "W", pads=(1, 1))
         assert SOLVER.is_valid_config(handle, problem, config)

@@ -70,7 +70,11 @@
 #define WG_ACH (WG_BM / 8) /* 16-byte chunks of a pixel row of A (dy channels) */
 #define WG_BCH (WG_BN / 8) /* of a pixel row of B (filter taps) */
 #define WG_A_ITERS (64 * WG_ACH / WG_THREADS)
-#define WG_B_ITERS (64 * WG_BCH / WG_THREADS)
+/* B: each thread keeps one chunk column (a tap and 8 channels) for every k-tile and copies rows
+   b_row0 + i * WG_B_STEP of it; where WG_BCH does not divide the threads, those past the last
+   whole set of columns copy nothing */
+#define WG_B_STEP (WG_THREADS / WG_BCH)
+#define WG_B_ITERS ((64 + WG_B_STEP - 1) / WG_B_STEP)
 #define WG_A_BYTES (WG_BM * 128)
 #define WG_STAGE_BYTES ((WG_BM + WG_BN) * 128)
 #define WG_TILES_N ((WG_RSC + WG_BN - 1) / WG_BN)
@@ -81,7 +85,7 @@ static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 256, "64-row warpgroups");
 static_assert(WG_NW == 64 || WG_NW == 128 || WG_NW == 192 || WG_NW == 256, "wgmma widths");
 static_assert(WG_BN % WG_WN == 0 && WG_THREADS <= 512, "at most four warpgroups");
 static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
-static_assert(64 * WG_ACH % WG_THREADS == 0 && 64 * WG_BCH % WG_THREADS == 0, "even copies");
+static_assert(64 * WG_ACH % WG_THREADS == 0 && WG_B_STEP >= 1, "even copies of A, every column of B");
 static_assert(WG_THREADS % WG_ACH == 0, "a thread copies one column of A");
 
 #ifndef WG_CLUSTER
@@ -177,6 +181,19 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     const int a_k = m0 + a_ch * 8;
     const bool a_k_ok = a_k < IG_K;
 
+    /* B: this thread's filter tap (r, s) and 8 channels from c, the same for every k-tile */
+    const int b_ch = tid % WG_BCH;
+    const int b_row0 = tid / WG_BCH;
+    const int tap = n0 + b_ch * 8;
+    const int b_rs = tap / IG_C;
+    const int b_c = tap - b_rs * IG_C;
+    const int b_r = b_rs / IG_S;
+    const int h_off = b_r * IG_DH - IG_PH;
+    const int w_off = (b_rs - b_r * IG_S) * IG_DW - IG_PW;
+    const bool b_ok = tap < WG_RSC;
+    const bool b_idle = WG_B_STEP * WG_BCH < WG_THREADS && b_row0 >= WG_B_STEP;
+    const data_t* xc = x + b_c;
+
     auto load_tile = [&](u32 stage_addr, int t) { /* pixel k-tile kt0 + t */
         const int pix0 = (kt0 + t) * 64;
 #pragma unroll
@@ -192,24 +209,20 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
 #pragma unroll
         for(int i = 0; i < WG_B_ITERS; ++i)
         {
-            const int e = tid + i * WG_THREADS;
-            const int row = e / WG_BCH;
-            const int ch = e - row * WG_BCH;
-            const int tap = n0 + ch * 8;
-            const int rs = tap / IG_C;
-            const int c = tap - rs * IG_C;
-            const int r = rs / IG_S;
-            const int s = rs - r * IG_S;
+            const int row = b_row0 + i * WG_B_STEP;
+            if(WG_B_STEP * WG_B_ITERS > 64 && row >= 64)
+                break;
+            if(b_idle)
+                break;
             const int m = pix0 + row;
             const int n = m / (IG_P * IG_Q);
             const int pq = m - n * (IG_P * IG_Q);
             const int p = pq / IG_Q;
-            const int q = pq - p * IG_Q;
-            const int ih = p * IG_SH - IG_PH + r * IG_DH;
-            const int iw = q * IG_SW - IG_PW + s * IG_DW;
-            const bool ok = tap < WG_RSC && m < WG_NPQ && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
-            const data_t* src = x + (ok ? ((n * IG_H + ih) * IG_W + iw) * IG_C + c : 0);
-            const u32 dst = (u32)((ch >> 3) * 8192 + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+            const int ih = p * IG_SH + h_off;
+            const int iw = (pq - p * IG_Q) * IG_SW + w_off;
+            const bool ok = b_ok && m < WG_NPQ && (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
+            const data_t* src = ok ? xc + ((n * IG_H + ih) * IG_W + iw) * IG_C : x;
+            const u32 dst = (u32)((b_ch >> 3) * 8192 + row * 128 + (((b_ch & 7) ^ (row & 7)) << 4));
             cp_async_16(stage_addr + WG_A_BYTES + dst, src, ok);
         }
     };

@@ -38,9 +38,11 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "bm": (64, 128, 256),  # dw rows (output channels) per block: 64 per warpgroup row
     "bn": (64, 128, 192, 256, 384, 512),  # dw columns (filter taps) per block
     "wn": (1, 2),  # warpgroups side by side along the columns (each bn / wn wide)
-    "stages": (3, 4, 5, 6),  # 64-pixel k-tiles in the shared-memory ring
-    "cluster": (1, 2, 3, 4, 5, 6, 7, 8),  # slices of a tile summed in one thread-block cluster
-    "parts": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),  # cluster sums added up through the workspace
+    "stages": (3, 4, 5, 6, 7, 8),  # 64-pixel k-tiles in the shared-memory ring
+    # slices of a tile summed in one thread-block cluster (on the H200 clusters of 3, 5 and 7
+    # took up to twice as long as the same split without: they fit a GPC's SMs badly)
+    "cluster": (1, 2, 4, 8),
+    "parts": (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32),  # sums through the workspace
 }
 FIELDS = tuple(DOMAIN)
 WGMMA_WIDTHS = (64, 128, 192, 256)  # the N of one warpgroup's MMA
@@ -49,10 +51,31 @@ BK = 64  # pixels per k-tile: one 128-byte row per pixel of each 64-column block
 MIN_SLICE_TILES = 4  # k-tiles of each slice of a split reduction, at least
 REGS = 65536  # registers of one SM (sm_90)
 MAX_ACC_512 = 64  # accumulators per thread of a 512-thread block (128 registers per thread at most)
-# split_for's cost model, in k-tile times: a block's fixed cost (pipeline fill, epilogue) and
-# the second kernel that adds up the parts' fp32 partials
-BLOCK_OVERHEAD_TILES = 3
-PARTS_OVERHEAD_TILES = 4
+# estimate()'s cost model (ns on the H200, fitted to the first sweep, 2026-11-23): the share of
+# an SM's tensor peak (4096 fp16 FLOP a cycle at 1.75 GHz) a block tile reaches with the
+# blocks that share the SM, a block's fixed cost (pipeline fill, epilogue), a cluster's sum
+# through distributed shared memory, and the second kernel that adds up the parts
+TILE_EFFICIENCY = {
+    (128, 192, 1): 0.43,
+    (128, 128, 1): 0.38,
+    (128, 256, 2): 0.36,
+    (256, 128, 1): 0.36,
+    (64, 192, 1): 0.22,
+    (64, 256, 2): 0.22,
+    (64, 128, 1): 0.18,
+    (64, 64, 1): 0.15,
+}
+OTHER_EFFICIENCY = 0.15
+SM_FLOP_PER_NS = 4096 * 1.75
+BLOCK_OVERHEAD_NS = 4000
+CLUSTER_OVERHEAD_NS = 1500
+REDUCE_LAUNCH_NS = 2000
+REDUCE_BYTES_PER_NS = 2500  # the parts' partials, mostly from L2
+DEFAULT_TILES_NARROW = ((64, 128, 1), (64, 192, 1), (64, 64, 1), (64, 256, 2))  # K <= 64
+DEFAULT_TILES_WIDE = ((128, 192, 1), (128, 128, 1), (128, 256, 2), (64, 128, 1))
+DEFAULT_STAGES = 4
+SEARCH_TILES = (*DEFAULT_TILES_WIDE, (64, 64, 1), (64, 192, 1), (64, 256, 2), (256, 128, 1))
+SEARCH_STAGES = (4, 6)
 
 
 def wrw_config(
@@ -62,9 +85,9 @@ def wrw_config(
 
 
 def split_near(total: int) -> tuple[int, int]:
-    """(cluster, parts) whose product is nearest ``total`` (the larger cluster on a tie)."""
+    """(cluster, parts) whose product is nearest ``total`` (the smaller cluster on a tie)."""
     pairs = itertools.product(DOMAIN["cluster"], DOMAIN["parts"])
-    return min(pairs, key=lambda cp: (abs(cp[0] * cp[1] - total), -cp[0]))
+    return min(pairs, key=lambda cp: (abs(cp[0] * cp[1] - total), cp[0]))
 
 
 def threads(config: dict[str, int]) -> int:
@@ -106,9 +129,11 @@ def smem_bytes(config: dict[str, int]) -> int:
 
 
 def regs_per_thread(config: dict[str, int]) -> int:
-    """What the kernel is expected to use: its bn / wn / 2 accumulators and about 100 more
-    (224-252 measured by ptxas with 96-128 accumulators)."""
-    return min(255, config["bn"] // config["wn"] // 2 + 100)
+    """What the kernel is expected to use: its bn / wn / 2 accumulators and about 50 more with
+    two or more warpgroups, 75 with one (ptxas: 113 for 128 x 128, 158 for 128 x 192, 144 for
+    64 x 128, 166 for 64 x 192)."""
+    extra = 75 if threads(config) == 128 else 50
+    return min(255, config["bn"] // config["wn"] // 2 + extra)
 
 
 def blocks_per_sm(config: dict[str, int], smem: int) -> int:
@@ -166,6 +191,11 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
         return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
 
+    def defers(self, ctx, problem: ConvProblem) -> bool:
+        """Immediate mode lists it after ConvIgemmWrwNhwc until its defaults are measured faster
+        (find times both)."""
+        return True
+
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
         """Exactly DOMAIN's fields with values from it; bn / wn one of the wgmma widths; at most
         MAX_WARPGROUPS warpgroups (and the device's threads per block); slices of at least one
@@ -209,73 +239,82 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         return Program(tuple(steps), workspace=workspace_bytes(problem, config))
 
     # ---- default and search space ----------------------------------------------------------------
-    def tile_for(self, problem: ConvProblem) -> dict[str, int]:
-        """The block tile of the default: 64 rows where K <= 64 (64 x 192 over 192-tap dw rows
-        or longer, else 64 x 64 ... 64 x 128), else 128 x 256 in four 64 x 128 warpgroups where
-        the dw row has at least 256 taps, else 128 x 128."""
-        k, c, r, s = problem.w.lens
-        rsc = r * s * c
-        if k <= 64:
-            return wrw_config(64, 192 if rsc >= 192 else (128 if rsc > 64 else 64), 1, 4)
-        return wrw_config(128, 256, 2, 4) if rsc >= 256 else wrw_config(128, 128, 1, 4)
+    def estimate(self, ctx, problem: ConvProblem, config: dict[str, int]) -> float:
+        """The cost model's time of ``config`` in ns: waves of resident blocks (blocks_per_sm per
+        SM) times a block's k-tiles at its tile's TILE_EFFICIENCY (slower where blocks share an
+        SM) plus BLOCK_OVERHEAD_NS; a cluster's sum; the parts' sum kernel."""
+        cus = compute_units(ctx)
+        per_sm = blocks_per_sm(config, smem_limit(ctx))
+        blocks = tiles(problem, config) * slices(config)
+        waves = -(-blocks // (cus * per_sm))
+        sharing = min(per_sm, -(-blocks // cus))
+        eff = TILE_EFFICIENCY.get((config["bm"], config["bn"], config["wn"]), OTHER_EFFICIENCY)
+        tile_ns = 2 * BK * config["bm"] * config["bn"] * sharing / (eff * SM_FLOP_PER_NS)
+        time = waves * (-(-k_tiles(problem) // slices(config)) * tile_ns + BLOCK_OVERHEAD_NS)
+        if config["cluster"] > 1:
+            time += CLUSTER_OVERHEAD_NS
+        if config["parts"] > 1:
+            time += REDUCE_LAUNCH_NS + config["parts"] * problem.w.element_space * 4 / REDUCE_BYTES_PER_NS
+        return time
 
-    def split_for(self, ctx, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
-        """``config`` with the split of the reduction that a cost model finds fastest: waves of
-        resident blocks (blocks_per_sm per SM) times the k-tiles of a slice plus
-        BLOCK_OVERHEAD_TILES, plus PARTS_OVERHEAD_TILES where parts go through the workspace;
-        each slice keeps MIN_SLICE_TILES k-tiles. A total split is a cluster of as many slices
-        as divide it (up to 8) times parts; on a tie the fewer slices, then the fewer parts."""
-        slots = compute_units(ctx) * blocks_per_sm(config, smem_limit(ctx))
-        n_tiles = tiles(problem, config)
-        kt = k_tiles(problem)
-        most = max(1, kt // MIN_SLICE_TILES)
-
-        def cost(c: dict[str, int]) -> tuple[float, int, int]:
-            total = slices(c)
-            waves = -(-n_tiles * total // slots)
-            time = waves * (-(-kt // total) + BLOCK_OVERHEAD_TILES)
-            if c["parts"] > 1:
-                time += PARTS_OVERHEAD_TILES
-            return (time, total, c["parts"])
-
-        best = {**config, "cluster": 1, "parts": 1}
-        for cluster, parts in itertools.product(DOMAIN["cluster"], DOMAIN["parts"]):
+    def split_for(
+        self, ctx, problem: ConvProblem, config: dict[str, int], clusters: Iterable[int] = DOMAIN["cluster"]
+    ) -> dict[str, int]:
+        """``config`` with the split of the reduction (cluster x parts, the cluster one of
+        ``clusters``, each slice keeping MIN_SLICE_TILES k-tiles) that estimate() finds fastest;
+        on a tie the fewer slices."""
+        most = max(1, k_tiles(problem) // MIN_SLICE_TILES)
+        best, best_key = None, None
+        for cluster, parts in itertools.product(clusters, DOMAIN["parts"]):
             candidate = {**config, "cluster": cluster, "parts": parts}
             if cluster * parts > most or not self.is_valid_config(ctx, problem, candidate):
                 continue
-            if cost(candidate) < cost(best):
-                best = candidate
-        return best
+            key = (self.estimate(ctx, problem, candidate), cluster * parts, parts)
+            if best_key is None or key < best_key:
+                best, best_key = candidate, key
+        return best or {**config, "cluster": 1, "parts": 1}
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """tile_for's tile (fewer stages where shared memory is short) with split_for's split;
-        64 x 64 with 3 stages where nothing else is valid."""
-        config = self.tile_for(problem)
-        while config["stages"] > 3 and smem_bytes(config) > smem_limit(ctx):
-            config["stages"] -= 1
-        config = self.split_for(ctx, problem, config)
-        if not self.is_valid_config(ctx, problem, config):
-            config = wrw_config(64, 64, 1, 3)
-        return config
+        """Of DEFAULT_TILES_NARROW (K <= 64) or DEFAULT_TILES_WIDE with DEFAULT_STAGES (fewer
+        where shared memory is short), each with split_for's split, the one estimate() finds
+        fastest; 64 x 64 with 3 stages where none is valid."""
+        k = problem.w.lens[0]
+        out, best = None, None
+        for bm, bn, wn in DEFAULT_TILES_NARROW if k <= 64 else DEFAULT_TILES_WIDE:
+            config = wrw_config(bm, bn, wn, DEFAULT_STAGES)
+            while config["stages"] > 3 and smem_bytes(config) > smem_limit(ctx):
+                config["stages"] -= 1
+            if not self.is_valid_config(ctx, problem, config):
+                continue
+            config = self.split_for(ctx, problem, config)
+            time = self.estimate(ctx, problem, config)
+            if best is None or time < best:
+                out, best = config, time
+        return out or wrw_config(64, 64, 1, 3)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
-        """Every block tile with bm no taller than the next power of two of K (at least 64) and
-        bn no wider than the next multiple of 64 of R*S*C, 3 or 4 stages, each with split_for's
-        split and half and twice as many slices. The default config where none is valid."""
+        """SEARCH_TILES no taller than the next power of two of K (at least 64) and no wider
+        than the next multiple of 64 of R*S*C, with SEARCH_STAGES, each with split_for's split
+        for a cluster of 1, 2 and 4 and the best of those with twice and half the slices. The
+        default config where none is valid."""
         k, c, r, s = problem.w.lens
         cap_m = max(64, 1 << (k - 1).bit_length())
-        cap_n = -(-(r * s * c) // 64) * 64
+        cap_n = max(64, -(-(r * s * c) // 64) * 64)
         out: list[dict[str, Any]] = []
-        for bm, bn, wn, stages in itertools.product(DOMAIN["bm"], DOMAIN["bn"], DOMAIN["wn"], (3, 4)):
-            if bm > cap_m or bn > max(64, cap_n):
-                continue
+
+        def add(config: dict[str, Any]) -> None:
+            if config not in out and self.is_valid_config(ctx, problem, config):
+                out.append(config)
+
+        for (bm, bn, wn), stages in itertools.product(SEARCH_TILES, SEARCH_STAGES):
             base = wrw_config(bm, bn, wn, stages)
-            if not self.is_valid_config(ctx, problem, base):
+            if bm > cap_m or bn > cap_n or not self.is_valid_config(ctx, problem, base):
                 continue
-            split = self.split_for(ctx, problem, base)
-            for factor in (0.5, 1, 2):
-                cluster, parts = split_near(max(1, round(slices(split) * factor)))
-                config = {**split, "cluster": cluster, "parts": parts} if factor != 1 else split
-                if self.is_valid_config(ctx, problem, config) and config not in out:
-                    out.append(config)
+            splits = [self.split_for(ctx, problem, base, (cluster,)) for cluster in (1, 2, 4)]
+            for config in splits:
+                add(config)
+            best = min(splits, key=lambda cfg: self.estimate(ctx, problem, cfg))
+            for factor in (0.5, 2):
+                cluster, parts = split_near(max(1, round(slices(best) * factor)))
+                add({**base, "cluster": cluster, "parts": parts})
         return out or [self.default_config(ctx, problem)]
