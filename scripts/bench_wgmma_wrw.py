@@ -3,18 +3,16 @@ layers (batch 32, NHWC, backward weights), on an sm_90 GPU.
 
 Timed as scripts/bench_igemm_bwd.py times (device events around back-to-back launches queued
 behind a sleep kernel, rotating input sets, median of repeats); every config is checked against
-cuDNN's dw first. ``--configs sweep`` tries block tiles x splits around the cost model's
-(CANDIDATE_TILES x SWEEP_STAGES), ``space`` the solver's search space, ``default`` the default
-alone. Needs torch, cupy and cuda-bindings.
+cuDNN's dw first. ``--configs space`` (the default) tries the solver's search space after its
+default config, ``default`` the default alone. Needs torch, cupy and cuda-bindings.
 
-    python scripts/bench_wgmma_wrw.py [--dtypes fp16] [--layers 0,1,2,3] [--configs sweep] [--json out.json]
+    python scripts/bench_wgmma_wrw.py [--dtypes fp16] [--layers 0,1,2,3] [--configs space] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import json
 import statistics
 import sys
@@ -33,47 +31,13 @@ from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc  # noqa: E402
 
 SOLVER = wg.ConvWgmmaWrwNhwc()
 MMA_SYNC = ConvIgemmWrwNhwc()
-# (bm, bn, wn) tried in a sweep with SWEEP_STAGES (where valid and no larger than the layer's dw)
-CANDIDATE_TILES = [
-    (64, 64, 1),
-    (64, 128, 1),
-    (64, 192, 1),
-    (64, 256, 2),
-    (128, 128, 1),
-    (128, 192, 1),
-    (128, 256, 2),
-    (256, 128, 1),
-]
-SWEEP_STAGES = (4, 6, 8)
-
-
-def sweep(handle, problem) -> list[dict]:
-    """Each candidate tile and stage count with the cost model's split for a cluster of 1, 2 and
-    4, and the best of those with half and twice the slices."""
-    k, c, r, s = problem.w.lens
-    cap_m = max(64, 1 << (k - 1).bit_length())
-    cap_n = max(64, -(-(r * s * c) // 64) * 64)
-    out = []
-    for (bm, bn, wn), stages in itertools.product(CANDIDATE_TILES, SWEEP_STAGES):
-        base = wg.wrw_config(bm, bn, wn, stages)
-        if bm > cap_m or bn > cap_n or not SOLVER.is_valid_config(handle, problem, base):
-            continue
-        if stages == 8 and bm * bn > 64 * 128:
-            continue
-        splits = [SOLVER.split_for(handle, problem, base, (cluster,)) for cluster in (1, 2, 4)]
-        out += splits
-        best = min(splits, key=lambda cfg: SOLVER.estimate(handle, problem, cfg))
-        for factor in (0.5, 2):
-            cluster, parts = wg.split_near(max(1, round(wg.slices(best) * factor)))
-            out.append({**base, "cluster": cluster, "parts": parts})
-    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
     ap.add_argument("--layers", default="0,1,2,3", help="indices into bench_igemm_bwd.LAYERS")
-    ap.add_argument("--configs", default="sweep", choices=["sweep", "space", "default"])
+    ap.add_argument("--configs", default="space", choices=["space", "default"])
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     handle = handle_next_to_cudnn()
@@ -84,9 +48,7 @@ def main() -> int:
             problem = make_problem("W", dtype, layer)
             view = problem.conv_view()
             configs = [SOLVER.default_config(handle, view)]
-            if args.configs == "sweep":
-                configs += sweep(handle, view)
-            elif args.configs == "space":
+            if args.configs == "space":
                 configs += list(SOLVER.search_space(handle, view))
             unique = []
             for cfg in configs:

@@ -51,31 +51,27 @@ BK = 64  # pixels per k-tile: one 128-byte row per pixel of each 64-column block
 MIN_SLICE_TILES = 4  # k-tiles of each slice of a split reduction, at least
 REGS = 65536  # registers of one SM (sm_90)
 MAX_ACC_512 = 64  # accumulators per thread of a 512-thread block (128 registers per thread at most)
-# estimate()'s cost model (ns on the H200, fitted to the first sweep, 2026-11-23): the share of
-# an SM's tensor peak (4096 fp16 FLOP a cycle at 1.75 GHz) a block tile reaches with the
-# blocks that share the SM, a block's fixed cost (pipeline fill, epilogue), a cluster's sum
-# through distributed shared memory, and the second kernel that adds up the parts
-TILE_EFFICIENCY = {
-    (128, 192, 1): 0.43,
-    (128, 128, 1): 0.38,
-    (128, 256, 2): 0.36,
-    (256, 128, 1): 0.36,
-    (64, 192, 1): 0.22,
-    (64, 256, 2): 0.22,
-    (64, 128, 1): 0.18,
-    (64, 64, 1): 0.15,
-}
-OTHER_EFFICIENCY = 0.15
-SM_FLOP_PER_NS = 4096 * 1.75
-BLOCK_OVERHEAD_NS = 4000
-CLUSTER_OVERHEAD_NS = 1500
-REDUCE_LAUNCH_NS = 2000
-REDUCE_BYTES_PER_NS = 2500  # the parts' partials, mostly from L2
-DEFAULT_TILES_NARROW = ((64, 128, 1), (64, 192, 1), (64, 64, 1), (64, 256, 2))  # K <= 64
-DEFAULT_TILES_WIDE = ((128, 192, 1), (128, 128, 1), (128, 256, 2), (64, 128, 1))
-DEFAULT_STAGES = 4
-SEARCH_TILES = (*DEFAULT_TILES_WIDE, (64, 64, 1), (64, 192, 1), (64, 256, 2), (256, 128, 1))
-SEARCH_STAGES = (4, 6)
+# The default's candidates, (bm, bn, wn, stages) and their weight in speed(): the fastest
+# configs of a sweep on the H200 (fp16, L2 flushed, scripts/bench_wgmma_wrw.py, 2026-11-23)
+# were these tiles with a split filling one wave of resident blocks: 56x56 K64 64 x 64 with 6
+# stages in 28 parts 36.6 us; 28x28 K128 128 x 128 with 6 stages in 14 parts 27.2 us (128 x 192
+# in 20 parts 29.8 us); 14x14 K256 256 x 128 in 7 parts 27.5 us (128 x 192 in 5 parts 28.3 us,
+# 128 x 128 in 3 parts 28.6 us); 7x7 K512 128 x 192 unsplit 26.5 us (256 x 128 28.1 us). The
+# weights rank those as measured.
+DEFAULT_TILES_NARROW = {(64, 64, 1, 6): 1.0}  # K <= 64
+DEFAULT_TILES_WIDE = {(128, 192, 1, 4): 0.85, (256, 128, 1, 4): 0.9, (128, 128, 1, 6): 0.95}
+SEARCH_TILES = (
+    (64, 64, 1),
+    (64, 128, 1),
+    (64, 192, 1),
+    (64, 256, 2),
+    (128, 128, 1),
+    (128, 192, 1),
+    (128, 256, 2),
+    (256, 128, 1),
+)
+SEARCH_STAGES = (3, 4, 6)
+MAX_PARTS_ALONE = 32  # splits beyond this many slices sum in clusters of 2, 4 or 8 first
 
 
 def wrw_config(
@@ -192,9 +188,12 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
 
     def defers(self, ctx, problem: ConvProblem) -> bool:
-        """Immediate mode lists it after ConvIgemmWrwNhwc until its defaults are measured faster
-        (find times both)."""
-        return True
+        """Immediate mode lists it after ConvIgemmWrwNhwc for 1x1 filters (not measured against
+        it there; find times both). Its defaults beat that solver's on the ResNet-50 3x3 layers
+        on the H200 (fp16, 2026-11-23: 36.6 / 27.2 / 27.5 / 26.5 us against 42.8 / 34.9 / 31.6 /
+        30.8 us)."""
+        _, _, r, s = problem.w.lens
+        return r * s == 1
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
         """Exactly DOMAIN's fields with values from it; bn / wn one of the wgmma widths; at most
@@ -239,64 +238,58 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         return Program(tuple(steps), workspace=workspace_bytes(problem, config))
 
     # ---- default and search space ----------------------------------------------------------------
-    def estimate(self, ctx, problem: ConvProblem, config: dict[str, int]) -> float:
-        """The cost model's time of ``config`` in ns: waves of resident blocks (blocks_per_sm per
-        SM) times a block's k-tiles at its tile's TILE_EFFICIENCY (slower where blocks share an
-        SM) plus BLOCK_OVERHEAD_NS; a cluster's sum; the parts' sum kernel."""
-        cus = compute_units(ctx)
-        per_sm = blocks_per_sm(config, smem_limit(ctx))
-        blocks = tiles(problem, config) * slices(config)
-        waves = -(-blocks // (cus * per_sm))
-        sharing = min(per_sm, -(-blocks // cus))
-        eff = TILE_EFFICIENCY.get((config["bm"], config["bn"], config["wn"]), OTHER_EFFICIENCY)
-        tile_ns = 2 * BK * config["bm"] * config["bn"] * sharing / (eff * SM_FLOP_PER_NS)
-        time = waves * (-(-k_tiles(problem) // slices(config)) * tile_ns + BLOCK_OVERHEAD_NS)
-        if config["cluster"] > 1:
-            time += CLUSTER_OVERHEAD_NS
-        if config["parts"] > 1:
-            time += REDUCE_LAUNCH_NS + config["parts"] * problem.w.element_space * 4 / REDUCE_BYTES_PER_NS
-        return time
-
-    def split_for(
-        self, ctx, problem: ConvProblem, config: dict[str, int], clusters: Iterable[int] = DOMAIN["cluster"]
-    ) -> dict[str, int]:
-        """``config`` with the split of the reduction (cluster x parts, the cluster one of
-        ``clusters``, each slice keeping MIN_SLICE_TILES k-tiles) that estimate() finds fastest;
-        on a tie the fewer slices."""
-        most = max(1, k_tiles(problem) // MIN_SLICE_TILES)
-        best, best_key = None, None
-        for cluster, parts in itertools.product(clusters, DOMAIN["parts"]):
-            candidate = {**config, "cluster": cluster, "parts": parts}
-            if cluster * parts > most or not self.is_valid_config(ctx, problem, candidate):
+    def fill_split(self, ctx, problem: ConvProblem, config: dict[str, int]) -> dict[str, int]:
+        """``config`` with the most slices of the reduction whose grid still fits one wave of
+        resident blocks (blocks_per_sm per SM), each slice keeping MIN_SLICE_TILES k-tiles:
+        workspace parts alone up to MAX_PARTS_ALONE slices (on the H200 parts alone were as fast
+        as clusters or faster), beyond that clusters of 2, 4 or 8 times parts. Unsplit where the
+        tiles alone fill a wave."""
+        slots = compute_units(ctx) * blocks_per_sm(config, smem_limit(ctx))
+        want = min(slots // tiles(problem, config), k_tiles(problem) // MIN_SLICE_TILES)
+        best = {**config, "cluster": 1, "parts": 1}
+        for cluster, parts in itertools.product(DOMAIN["cluster"], DOMAIN["parts"]):
+            total = cluster * parts
+            if total > want or (cluster > 1 and total <= MAX_PARTS_ALONE):
                 continue
-            key = (self.estimate(ctx, problem, candidate), cluster * parts, parts)
-            if best_key is None or key < best_key:
-                best, best_key = candidate, key
-        return best or {**config, "cluster": 1, "parts": 1}
+            candidate = {**config, "cluster": cluster, "parts": parts}
+            if total > slices(best) and self.is_valid_config(ctx, problem, candidate):
+                best = candidate
+        return best
+
+    def speed(self, ctx, problem: ConvProblem, config: dict[str, int], weight: float) -> float:
+        """The default's ranking of a candidate: ``weight`` times the share of the computed
+        outputs that dw has (tiles past its edges compute nothing useful) times the share of
+        the waves' block slots that the grid fills."""
+        k, c, r, s = problem.w.lens
+        n_tiles = tiles(problem, config)
+        useful = k * r * s * c / (n_tiles * config["bm"] * config["bn"])
+        slots = compute_units(ctx) * blocks_per_sm(config, smem_limit(ctx))
+        blocks = n_tiles * slices(config)
+        return weight * useful * blocks / (-(-blocks // slots) * slots)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """Of DEFAULT_TILES_NARROW (K <= 64) or DEFAULT_TILES_WIDE with DEFAULT_STAGES (fewer
-        where shared memory is short), each with split_for's split, the one estimate() finds
-        fastest; 64 x 64 with 3 stages where none is valid."""
+        """Of DEFAULT_TILES_NARROW (K <= 64) or DEFAULT_TILES_WIDE (fewer stages where shared
+        memory is short), each with fill_split's split, the one speed() ranks first; 64 x 64
+        with 3 stages where none is valid."""
         k = problem.w.lens[0]
-        out, best = None, None
-        for bm, bn, wn in DEFAULT_TILES_NARROW if k <= 64 else DEFAULT_TILES_WIDE:
-            config = wrw_config(bm, bn, wn, DEFAULT_STAGES)
+        out, best = None, 0.0
+        for (bm, bn, wn, stages), weight in (DEFAULT_TILES_NARROW if k <= 64 else DEFAULT_TILES_WIDE).items():
+            config = wrw_config(bm, bn, wn, stages)
             while config["stages"] > 3 and smem_bytes(config) > smem_limit(ctx):
                 config["stages"] -= 1
             if not self.is_valid_config(ctx, problem, config):
                 continue
-            config = self.split_for(ctx, problem, config)
-            time = self.estimate(ctx, problem, config)
-            if best is None or time < best:
-                out, best = config, time
+            config = self.fill_split(ctx, problem, config)
+            score = self.speed(ctx, problem, config, weight)
+            if score > best:
+                out, best = config, score
         return out or wrw_config(64, 64, 1, 3)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """SEARCH_TILES no taller than the next power of two of K (at least 64) and no wider
-        than the next multiple of 64 of R*S*C, with SEARCH_STAGES, each with split_for's split
-        for a cluster of 1, 2 and 4 and the best of those with twice and half the slices. The
-        default config where none is valid."""
+        than the next multiple of 64 of R*S*C, with SEARCH_STAGES, each with fill_split's split,
+        that split in clusters of 2 (where even), and half and twice as many slices. The default
+        config where none is valid."""
         k, c, r, s = problem.w.lens
         cap_m = max(64, 1 << (k - 1).bit_length())
         cap_n = max(64, -(-(r * s * c) // 64) * 64)
@@ -310,11 +303,12 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
             base = wrw_config(bm, bn, wn, stages)
             if bm > cap_m or bn > cap_n or not self.is_valid_config(ctx, problem, base):
                 continue
-            splits = [self.split_for(ctx, problem, base, (cluster,)) for cluster in (1, 2, 4)]
-            for config in splits:
-                add(config)
-            best = min(splits, key=lambda cfg: self.estimate(ctx, problem, cfg))
+            fill = self.fill_split(ctx, problem, base)
+            add(fill)
+            total = slices(fill)
+            if total % 2 == 0 and total <= 2 * MAX_PARTS_ALONE:
+                add({**base, "cluster": 2, "parts": total // 2})
             for factor in (0.5, 2):
-                cluster, parts = split_near(max(1, round(slices(best) * factor)))
+                cluster, parts = split_near(max(1, round(total * factor)))
                 add({**base, "cluster": cluster, "parts": parts})
         return out or [self.default_config(ctx, problem)]
