@@ -126,7 +126,7 @@ def test_cross_channel_cpu_kernels(ocl, dtype):
     """PoCL's float8 cross-channel kernels: lrn_*_planes_cpu (NCHW; pixel runs of 64 and of 8,
     the last run overlapping) and lrn_*_channels_cpu (NHWC; blocks of 8 channels, their window sums
     from a buffer of the terms or, past its size, directly; partial last blocks), windows of 1 to
-    11."""
+    11; beta 0.75 (a power by square roots) and 0.6 (the general power)."""
     from miopy.solvers.lrn.direct import cpu_program
 
     rng = np.random.default_rng(23)
@@ -137,7 +137,8 @@ def test_cross_channel_cpu_kernels(ocl, dtype):
         x = TensorDesc(dtype, lens, layout=layout)
         for size in (1, 4, 5, 11):
             for direction, save in (("F", True), ("F", False), ("B", False)):
-                p = LRNProblem.create(x, "cross", size, 0.8, 0.75, 1.3, direction, save)
+                beta = 0.75 if size in (1, 5) else 0.6
+                p = LRNProblem.create(x, "cross", size, 0.8, beta, 1.3, direction, save)
                 program = cpu_program(ocl, p)
                 assert program is not None and program.steps[0].spec.name.endswith("_cpu")
                 bufs = ref.random_buffers(p, rng)
@@ -146,6 +147,26 @@ def test_cross_channel_cpu_kernels(ocl, dtype):
 
 
 CPU_PROGRAM_SOLVERS = ("LrnDirect", "LrnCrossSlide")  # the solvers that choose cpu_program
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_within_channel_cpu_kernels(ocl, dtype):
+    """PoCL's float8 within-channel kernels: lrn_*_within_rows_cpu (NCHW rows: blocks of 8 columns,
+    a partial last one, windows past both edges of the image) and lrn_*_within_channels_cpu (NHWC:
+    blocks of 8 channels, a partial last one), windows of 1 to 5 wider than the image; beta 0.75
+    and 0.6."""
+    from miopy.solvers.lrn.direct import cpu_program
+
+    rng = np.random.default_rng(29)
+    for layout, lens in (("NCHW", (2, 3, 5, 19)), ("NHWC", (2, 11, 4, 3))):
+        x = TensorDesc(dtype, lens, layout=layout)
+        for size, beta in ((1, 0.75), (4, 0.6), (5, 0.75)):
+            for direction, save in (("F", True), ("F", False), ("B", False)):
+                p = LRNProblem.create(x, "within", size, 0.8, beta, 1.3, direction, save)
+                program = cpu_program(ocl, p)
+                assert program is not None and "_within_" in program.steps[0].spec.name
+                bufs = ref.random_buffers(p, rng)
+                assert run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=bufs, only=("LrnDirect",))
 
 
 @pytest.mark.parametrize("size", [1, 2, 5, 7])

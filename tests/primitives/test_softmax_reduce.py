@@ -88,6 +88,22 @@ def test_softmax_is_safe_for_large_inputs(ocl):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_softmax_cols_cpu_kernels(ocl, dtype):
+    """PoCL's channel-mode kernels over NCHW planes (softmax_*_cols_cpu: runs of up to 8 blocks of
+    8 positions in float8, the positions past the last block one at a time): 81 positions (runs of
+    8 and 2 blocks and a tail of 1), 6 (a tail only), both directions, every algorithm, beta."""
+    rng = np.random.default_rng(31)
+    for i, lens in enumerate([(2, 5, 9, 9), (1, 3, 2, 3)]):
+        d = TensorDesc(dtype, lens)
+        for direction in ("F", "B"):
+            for algo in ("accurate", "log"):
+                beta = 0.5 if (i + len(algo)) % 2 else 0.0
+                p = SoftmaxProblem.create(d, direction, algo, "channel", 1.5, beta)
+                ran = run_all(ocl, p, sref, BASE[p.dtype] * 2, rng=rng, only=("SoftmaxCols",))
+                assert ran == ["SoftmaxCols"]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_softmax_rows_cpu_kernels(ocl, dtype):
     """PoCL's rows kernels (softmax_*_rows_cpu: float8 runs and a scalar tail, y holding the exps
     between passes, or a private row of them): every algorithm, both directions, with and without

@@ -14,17 +14,18 @@
 #if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
 /* fp16: PoCL's vload_half8 / vstore_half8_rte load and store a <8 x half> claiming 16-byte
    alignment, which an element-aligned global address need not have (a compiler may then emit an
-   aligned move, which faults). Here the 16 bytes move as ushort8 (element alignment) through a
-   private vector, whose alignment is real, and the conversion runs on that: LLVM folds it into
-   one F16C conversion of the global address (vcvtph2ps / vcvtps2ph take any alignment), with no
-   branch on the address. bf16: element casts (PoCL's convert_uint8 / convert_ushort8 are slow). */
+   aligned move, which faults). Here the 16 bytes move as ushort8 (element alignment). Loads
+   convert by integer operations on float8 (half8_bits_to_float8, common/miopy_types.h: a ReLU
+   over 1.6 M fp16 values took 0.7-0.9 ms with it, 4.5-8.5 ms through vload_half8 of a private
+   vector, under load); stores go through a private vector and vstore_half8_rte, which measured
+   faster than the integer rounding. bf16: element casts (PoCL's convert_uint8 / convert_ushort8
+   are slow). */
 DEVICE_FN float8 load_f8(const GLOBAL data_t* p, i64 off)
 {
 #if MIOPY_DTYPE == 0
     return vload8(0, p + off);
 #elif MIOPY_DTYPE == 1
-    const ushort8 h = vload8(0, (const GLOBAL ushort*)(p + off));
-    return vload_half8(0, (const half*)&h);
+    return half8_bits_to_float8(vload8(0, (const GLOBAL ushort*)(p + off)));
 #else
     const ushort8 h = vload8(0, p + off);
     const uint8 u = (uint8)((uint)h.s0, (uint)h.s1, (uint)h.s2, (uint)h.s3, (uint)h.s4, (uint)h.s5,

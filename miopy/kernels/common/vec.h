@@ -29,9 +29,8 @@ DEVICE_FN void load_vec(const GLOBAL data_t* p, i64 off, float* v)
 #if MIOPY_DTYPE == 0
     const float4 t = vload4(0, p + off);
     v[0] = t.s0; v[1] = t.s1; v[2] = t.s2; v[3] = t.s3;
-#elif MIOPY_DTYPE == 1 /* through a private ushort8: PoCL's vload_half8 assumes 16-byte alignment */
-    const ushort8 h = vload8(0, (const GLOBAL ushort*)(p + off));
-    const float8 t = vload_half8(0, (const half*)&h);
+#elif MIOPY_DTYPE == 1 /* integer conversion (common/miopy_types.h); PoCL's vload_half8 is slow */
+    const float8 t = half8_bits_to_float8(vload8(0, (const GLOBAL ushort*)(p + off)));
     v[0] = t.s0; v[1] = t.s1; v[2] = t.s2; v[3] = t.s3;
     v[4] = t.s4; v[5] = t.s5; v[6] = t.s6; v[7] = t.s7;
 #else

@@ -34,7 +34,7 @@ from miopy.problem.activation import ActivationProblem
 from miopy.problem.passes import Pass
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver, TunableSolver
-from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d, specialize
 
 VEC_BYTES = 16
 PACKED_LOCALS = (64, 128, 256, 512)
@@ -49,6 +49,7 @@ STREAM_MAX_BYTES_BWD = 24 << 20  # backward
 # 3: ld.global.nc.L2::256B (the L2 fetches 256-byte blocks), plain stores.
 STREAM_HINTS = {0: (0, 0), 1: (1, 1), 2: (1, 0), 3: (3, 0)}
 TUNED_STREAMS = (0, 1)
+CPU_RUN = 64  # ACTIV_CPU_RUN: elements a work item of activ_*_cpu takes
 
 
 def _dense_alike(problem: ActivationProblem) -> str | None:
@@ -59,6 +60,11 @@ def _dense_alike(problem: ActivationProblem) -> str | None:
     if any(d.strides != first.strides for d in descs[1:]):
         return "tensors have different strides"
     return None
+
+
+def _cpu(ctx, problem: ActivationProblem | None) -> bool:
+    """activ_*_cpu for this call (CPU OpenCL devices; not fp64, which cpu_vec.h lacks)."""
+    return cpu_kernels(ctx) and problem is not None and problem.dtype.itemsize < 8
 
 
 def _scalars(problem: ActivationProblem) -> list:
@@ -121,6 +127,8 @@ class _Packed(_Activ, TunableSolver):
         return {"local": 256, "unroll": 1, "stream": 1 if streaming else 0}
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
+        if _cpu(ctx, problem):  # activ_*_cpu take no config: nothing to tune
+            return [self.default_config(ctx, problem)]
         # OpenCL has no cache hints here; on CUDA, settings 2 and 3 never won a ResNet-50 ReLU on
         # the H200 (benchmarks/activ_probe.py --configs): valid configs, not searched
         streams = TUNED_STREAMS if specialize(ctx) else (0,)
@@ -147,6 +155,11 @@ class _Packed(_Activ, TunableSolver):
         )
 
     def packed_spec(self, ctx, problem: ActivationProblem, config: dict | None) -> KernelSpec:
+        if _cpu(ctx, problem):  # the CPU kernels (kernels/common/activ.h): float8 runs, any config
+            n = problem.descs[0][1].element_count
+            kernel = self.kernel.replace("_packed", "_cpu")
+            defines = {"MIOPY_DTYPE": problem.dtype.code}
+            return KernelSpec("activ", kernel, defines, *cpu_grid(-(-n // CPU_RUN)))
         cfg = config or self.default_config(ctx, problem)
         local, unroll = cfg["local"], cfg["unroll"]
         n = problem.descs[0][1].element_count

@@ -44,11 +44,11 @@ PLANE_RUN = 64  # pixels of a plane per work item (lrn_*_planes_cpu)
 
 
 def cpu_program(ctx, problem: LRNProblem) -> Program | None:
-    """The cross-channel kernels for CPU OpenCL devices (lrn_{fwd,bwd}_{planes,channels}_cpu) when
-    every tensor of the call has the same strides with each image's planes contiguous (NCHW, H W
-    >= 8) or its channels contiguous (NHWC); else None."""
+    """The kernels for CPU OpenCL devices when every tensor of the call has the same strides:
+    cross-channel (lrn_{fwd,bwd}_{planes,channels}_cpu) with each image's planes contiguous (NCHW,
+    H W >= 8) or its channels contiguous (NHWC), within-channel (_within_program); else None."""
     p = problem
-    if not cpu_kernels(ctx) or p.mode is not LRNMode.CROSS_CHANNEL or p.dtype.itemsize == 8:
+    if not cpu_kernels(ctx) or p.dtype.itemsize == 8:
         return None
     t = p.tensors()
     strides = {t[r].strides for r in t}
@@ -56,6 +56,8 @@ def cpu_program(ctx, problem: LRNProblem) -> Program | None:
         return None
     (sn, sc, sh, sw) = strides.pop()
     n, c, h, w = p.x.lens
+    if p.mode is not LRNMode.CROSS_CHANNEL:
+        return _within_program(p, (sn, sc, sh, sw))
     run = min(PLANE_RUN, (h * w) // 8 * 8)
     if sw == 1 and sh == w and h * w >= 8:
         layout, work, inner = "planes", n * -(-(h * w) // run) * c, sc
@@ -76,6 +78,30 @@ def cpu_program(ctx, problem: LRNProblem) -> Program | None:
     return Program((Launch(spec, args),))
 
 
+TB_FLOATS = 1056  # LRN_TB: the private row buffers of lrn_*_within_rows_cpu
+
+
+def _within_program(p: LRNProblem, strides: tuple[int, ...]) -> Program | None:
+    """lrn_{fwd,bwd}_within_{rows,channels}_cpu: rows contiguous (NCHW-like) with a row and its
+    window fitting the private buffers, or channels contiguous (NHWC-like); else None."""
+    (sn, sc, sh, sw) = strides
+    n, c, h, w = p.x.lens
+    if sw == 1 and (h == 1 or sh == w) and -(-w // 8) * 8 + p.n - 1 <= TB_FLOATS:
+        layout, work, tail = "rows", n * c * h, (np.int64(sn), np.int64(sc))
+    elif sc == 1:
+        layout, work, tail = "channels", n * h * w, (np.int64(sn), np.int64(sh), np.int64(sw))
+    else:
+        return None
+    forward = p.direction is Pass.FORWARD
+    kernel = f"lrn_{'fwd' if forward else 'bwd'}_within_{layout}_cpu"
+    spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, *cpu_grid(work))
+    shape = (*_shape(p), *tail, np.int32(p.n))
+    if forward:
+        return Program((Launch(spec, (*_fwd_buffers(p), *shape, *_fwd_tail(p))),))
+    args = (*(Tensor(r) for r in BWD_ROLES), *shape, np.float32(p.alpha), np.float32(p.beta))
+    return Program((Launch(spec, args),))
+
+
 class _Lrn(Solver):
     primitive = "lrn"
     algorithm = "direct"
@@ -93,7 +119,8 @@ class LrnDirect(_Lrn):
 
     def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
         p = problem
-        if p.direction is not Pass.FORWARD:  # (forward: LrnCrossSlide has the CPU kernels)
+        if p.direction is not Pass.FORWARD or p.mode is not LRNMode.CROSS_CHANNEL:
+            # (cross-channel forward: LrnCrossSlide has the CPU kernels)
             program = cpu_program(ctx, p)
             if program is not None:
                 return program

@@ -148,6 +148,15 @@ class SoftmaxRowsWarp(_Softmax):
         return Program((Launch(spec, args),))
 
 
+COL_BLOCKS = 8  # SMAX_COL_BLOCKS: blocks of 8 positions a work item of *_cols_cpu takes
+
+
+def col_runs(inner: int) -> int:
+    """Work items of *_cols_cpu per outer index (smax_col_runs in kernels/common/softmax.h)."""
+    blocks = inner // 8
+    return -(-blocks // COL_BLOCKS) if blocks > COL_BLOCKS else 1
+
+
 class SoftmaxCols(_Softmax):
     name = "SoftmaxCols"
     id = 501
@@ -170,10 +179,13 @@ class SoftmaxCols(_Softmax):
     def get_program(self, ctx, problem: SoftmaxProblem, config=None) -> Program:
         lens = problem.lens
         inner = math.prod(lens[2:])
-        global_size, local_size = grid_1d(lens[0] * inner)
+        if cpu_kernels(ctx) and problem.dtype.itemsize < 8:  # runs of 8-position blocks
+            kind, (global_size, local_size) = "cols_cpu", cpu_grid(lens[0] * col_runs(inner))
+        else:
+            kind, (global_size, local_size) = "cols", grid_1d(lens[0] * inner)
         spec = KernelSpec(
             "softmax",
-            self._kernel(problem, "cols"),
+            self._kernel(problem, kind),
             {"MIOPY_DTYPE": problem.dtype.code},
             global_size,
             local_size,
