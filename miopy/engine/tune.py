@@ -25,13 +25,20 @@ class SearchStrategy(Protocol):
         """Pick the best of ``configs`` using ``measure`` (ms, or None when a config fails)."""
 
 
+RACE_ROUNDS = 3  # samples more for each config in a close race (bench.close_race)
+
+
 def exhaustive(configs: list[dict], measure: Callable[[dict], float | None]) -> tuple[dict, float] | None:
-    best = None
+    """Every config measured; those within bench.RACE_MARGIN of the fastest measured again in
+    RACE_ROUNDS interleaved rounds, the best median wins."""
+    timed = []
     for cfg in _progress(configs):
         t = measure(cfg)
-        if t is not None and (best is None or t < best[1]):
-            best = (cfg, t)
-    return best
+        if t is not None:
+            timed.append((cfg, t))
+    if not timed:
+        return None
+    return bench.close_race(timed, measure, RACE_ROUNDS)[0]
 
 
 def _progress(items: list) -> Iterable:
