@@ -271,7 +271,12 @@ def main() -> int:
         help="dtype,C,HW,direction;...: every solver config under both output policies, then rounds",
     )
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--settle-l2", action="store_true", help="read more than the L2 before each timed loop (timing.Timer)"
+    )
     args = p.parse_args()
+    if args.settle_l2:
+        ap.device_us = dataclasses.replace(ap.device_us, settle_l2=True)
     from miopy.handle import Handle
 
     handle = Handle("cuda")

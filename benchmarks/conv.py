@@ -7,6 +7,10 @@ the layer's tensors, then miopy's solution and cuDNN (``cudnn.benchmark = True``
 cache flushed before each run unless ``--no-flush``; find then flushes too, MIOPY_BENCH_FLUSH_L2,
 so it ranks candidates as they are compared here). The outputs are compared too.
 
+The two sides are timed in ``--rounds`` interleaved rounds (miopy, cuDNN, miopy, ...; a slow spell
+of the device hits both): each cell is the median of each side's round times with their range,
+and a verdict: "faster" or "slower" only where the two ranges do not overlap, else "within noise".
+
 Printed: one table per data type and layout (cuDNN µs / miopy µs, their ratio, miopy's solver,
 and the share of the layer's floor each reaches: the larger of flops over the matrix rate and
 bytes over the copy rate), then totals and geomeans per direction. ``--json`` keeps every figure.
@@ -32,7 +36,7 @@ try:  # torch first: imported after CuPy / cuda-bindings, torch 2.11 fails to re
 except ImportError:  # pragma: no cover - the benchmark needs torch
     torch = None
 
-from timing import best_interleaved, runs_for  # noqa: E402
+from timing import interleaved_samples, runs_for, spread, verdict  # noqa: E402
 
 from miopy.driver.conv import problem_from_args  # noqa: E402
 from miopy.problem.conv import ConvProblem  # noqa: E402
@@ -135,7 +139,7 @@ def rel_err(got, ref) -> float:
     return float(torch.linalg.vector_norm(got - ref)) / den
 
 
-def run_case(handle, case: Case, flush: bool, runs_target_ms: float) -> dict:
+def run_case(handle, case: Case, flush: bool, runs_target_ms: float, rounds: int) -> dict:
     from miopy.engine.find import FindOptions, find_solutions
 
     problem = case.problem
@@ -153,15 +157,19 @@ def run_case(handle, case: Case, flush: bool, runs_target_ms: float) -> dict:
         solution.run(handle, tensors)
 
     runs = runs_for(runs_target_ms, solution.time_ms or 1.0)
-    best_ms = best_interleaved(  # miopy, cuDNN, miopy, cuDNN: the better of two each
-        lambda fn: backend.device_time_ms(fn, runs, flush), {"miopy": miopy_fn, "cudnn": torch_fn}
+    ms = interleaved_samples(  # miopy, cuDNN, miopy, cuDNN, ...: each side's medians per round
+        lambda fn: backend.device_time_ms(fn, runs, flush), {"miopy": miopy_fn, "cudnn": torch_fn}, rounds
     )
+    ours, theirs = ([v * 1e3 for v in ms[k]] for k in ("miopy", "cudnn"))
     return {
         "solver": solution.solver,
         "config": solution.config,
         "find_ms": {s.solver: s.time_ms for s in found},
-        "miopy_us": best_ms["miopy"] * 1e3,
-        "cudnn_us": best_ms["cudnn"] * 1e3,
+        "miopy_us": spread(ours)[0],
+        "cudnn_us": spread(theirs)[0],
+        "miopy_samples_us": ours,
+        "cudnn_samples_us": theirs,
+        "verdict": verdict(ours, theirs),
         "err": err,
     }
 
@@ -182,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tf32", action="store_true", help="let cuDNN use TF32 for fp32 (miopy never does)")
     ap.add_argument("--no-flush", action="store_true", help="keep the L2 cache warm between runs")
     ap.add_argument("--target-ms", type=float, default=10.0, help="device time of one timed batch of runs")
+    ap.add_argument(
+        "--rounds", type=int, default=7, help="interleaved rounds (miopy, cuDNN, ...): medians and spread"
+    )
     ap.add_argument("--json", default="", help="write every figure here")
     ap.add_argument("--backend", default="cuda")
     args = ap.parse_args(argv)
@@ -215,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         f"L2 flush {'on' if flush else 'off'} (find: {os.environ.get('MIOPY_BENCH_FLUSH_L2') or 'off'}); "
         f"TF32 for cuDNN {'on' if args.tf32 else 'off'}"
     )
-    print("# each cell: cuDNN us / miopy us = miopy/cuDNN; floor: share of the layer's floor each reaches")
+    print(
+        f"# each cell: cuDNN us / miopy us = miopy/cuDNN, medians of {args.rounds} interleaved rounds, "
+        "[lowest-highest] of each side; floor: share of the layer's floor each reaches; "
+        "verdict: faster/slower when the two ranges do not overlap, else within noise"
+    )
     results = []
     began = time.perf_counter()
     for dtype, layout in combos:
@@ -226,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 problem = layer_problem(line, dtype, layout, d)
                 case = Case(problem, torch_dtypes[dtype], layout in ("NHWC", "NDHWC"))
                 try:
-                    r = run_case(handle, case, flush, args.target_ms)
+                    r = run_case(handle, case, flush, args.target_ms, args.rounds)
                 except Exception as exc:  # report and go on: one failing case must not hide the rest
                     r = {"error": f"{type(exc).__name__}: {exc}"}
                 r.update(
@@ -256,8 +271,11 @@ def _print_row(r: dict) -> None:
         return
     ratio = r["miopy_us"] / r["cudnn_us"]
     floor = r["floor_us"]
+    _, clo, chi = spread(r["cudnn_samples_us"])
+    _, mlo, mhi = spread(r["miopy_samples_us"])
     print(
-        f"{head}  {r['cudnn_us']:8.1f} / {r['miopy_us']:8.1f} = {ratio:5.2f}x  "
+        f"{head}  {r['cudnn_us']:8.2f} [{clo:.2f}-{chi:.2f}] / {r['miopy_us']:8.2f} [{mlo:.2f}-{mhi:.2f}] "
+        f"= {ratio:5.3f}x {r['verdict']:<12}  "
         f"floor {floor / r['cudnn_us']:4.0%} / {floor / r['miopy_us']:4.0%}  "
         f"err {r['err']:.1e}  {r['solver']}{' ' + json.dumps(r['config']) if r['config'] else ''}",
         flush=True,
@@ -282,14 +300,20 @@ def _print_summary(dtype: str, layout: str, rows: list[dict], directions: str) -
         print(
             f"| {d}{note} | {tc:.0f} | {tm:.0f} | {tm / tc:.2f} | {g:.2f} | {tf / tc:.0%} / {tf / tm:.0%} |"
         )
-    slow = [r for r in rows if "error" not in r and " 1x1" in r["shape"] and r["miopy_us"] > r["cudnn_us"]]
+    ones = [r for r in rows if "error" not in r and " 1x1" in r["shape"]]
+    slow = [r for r in ones if r["miopy_us"] > r["cudnn_us"]]
     print(
-        "1x1 cases slower than cuDNN: "
+        "1x1 cases whose median is above cuDNN's: "
         + (
-            ", ".join(f"L{r['layer']} {r['direction']} {r['miopy_us'] / r['cudnn_us']:.2f}x" for r in slow)
+            ", ".join(
+                f"L{r['layer']} {r['direction']} {r['miopy_us'] / r['cudnn_us']:.3f}x ({r['verdict']})"
+                for r in slow
+            )
             or "none"
         )
     )
+    beyond = [f"L{r['layer']} {r['direction']}" for r in ones if r["verdict"] == "slower"]
+    print("1x1 cases slower than cuDNN beyond the spread: " + (", ".join(beyond) or "none"))
     print(flush=True)
 
 

@@ -50,6 +50,10 @@ class Clock(Protocol):
     def flush_l2(self) -> None:
         """Enqueue a write over more than the L2 cache."""
 
+    def settle_l2(self) -> None:
+        """Enqueue a read of more than the L2 cache (it then holds clean lines of no use to anyone;
+        unlike ``flush_l2`` nothing is left to write back)."""
+
 
 class TorchClock:
     """Torch's current CUDA stream."""
@@ -82,6 +86,11 @@ class TorchClock:
         if self._scratch is None:
             self._scratch = self._torch.empty(2 * self._l2_bytes, dtype=self._torch.uint8, device="cuda")
         self._scratch.zero_()
+
+    def settle_l2(self) -> None:
+        if self._scratch is None:
+            self._scratch = self._torch.zeros(2 * self._l2_bytes, dtype=self._torch.uint8, device="cuda")
+        self._torch.amax(self._scratch)
 
     def copy_pair(self, nbytes: int) -> Callable[[], Any]:
         """A device-to-device copy of ``nbytes`` between two fresh buffers, as a call."""
@@ -131,12 +140,17 @@ def loop_us(clock: Clock, fns: Sequence[Callable[[], Any]], iters: int, flush_l2
 class Timer:
     """Median over ``reps`` of the mean device time (µs) of ``iters`` launches cycling through the
     calls, each loop queued behind a sleep kernel of ``sleep_cycles`` cycles (about 2 GHz on an
-    H200: 20 000 000 cycles hold the stream ~10 ms, time enough to queue every launch)."""
+    H200: 20 000 000 cycles hold the stream ~10 ms, time enough to queue every launch).
+    ``settle_l2``: a read of more than the L2 before each loop (outside its events), so that no
+    loop starts with lines the calls timed before it left behind (benchmarks that time several
+    sides on the same inputs: a side whose loads are marked evict-first keeps hitting such lines
+    for its whole loop, as they outrank its own)."""
 
     iters: int
     reps: int
     sleep_cycles: int
     flush_l2: bool = False
+    settle_l2: bool = False
     clock: Clock | None = field(default=None, compare=False)
 
     def _clock(self) -> Clock:
@@ -150,6 +164,8 @@ class Timer:
         clock.synchronize()
         times = []
         for _ in range(self.reps):
+            if self.settle_l2:
+                clock.settle_l2()
             clock.sleep(self.sleep_cycles)
             times.append(loop_us(clock, fns, iters, self.flush_l2))
         return statistics.median(times)
@@ -176,6 +192,33 @@ def copy_buffers(nbytes: int, l2_bytes: int = L2_BYTES) -> int:
 def runs_for(target_ms: float, estimate_ms: float, least: int = 5, most: int = 100) -> int:
     """How many runs fill ``target_ms`` of device time at ``estimate_ms`` a run, within bounds."""
     return max(least, min(most, int(target_ms / max(estimate_ms, 1e-3))))
+
+
+def interleaved_samples(
+    measure: Callable[[Callable[[], Any]], float], fns: Mapping[str, Callable[[], Any]], rounds: int
+) -> dict[str, list[float]]:
+    """``measure`` each of ``fns`` in turn, ``rounds`` times round (a slow spell of the device
+    hits every side): name -> every sample, in round order."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(measure(fn))
+    return samples
+
+
+def spread(samples: Sequence[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest) of a side's samples."""
+    return float(statistics.median(samples)), float(min(samples)), float(max(samples))
+
+
+def verdict(ours: Sequence[float], theirs: Sequence[float]) -> str:
+    """How two sides' interleaved samples compare: "faster" / "slower" where every sample of one
+    side beats every sample of the other, else "within noise" (the ranges overlap)."""
+    if max(ours) < min(theirs):
+        return "faster"
+    if min(ours) > max(theirs):
+        return "slower"
+    return "within noise"
 
 
 def best_interleaved(

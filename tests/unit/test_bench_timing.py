@@ -174,3 +174,31 @@ def test_torch_clock_drives_torch_cuda(monkeypatch):
     calls.clear()
     timing.sync()
     assert calls == ["sync"]
+
+
+def test_interleaved_samples_spread_and_verdict():
+    order = []
+    values = {"m": iter([3.0, 1.0, 2.0]), "t": iter([2.5, 2.6, 2.4])}
+
+    def measure(name: str) -> float:
+        order.append(name)
+        return next(values[name])
+
+    samples = timing.interleaved_samples(measure, {"m": "m", "t": "t"}, rounds=3)
+    assert order == ["m", "t"] * 3
+    assert samples == {"m": [3.0, 1.0, 2.0], "t": [2.5, 2.6, 2.4]}
+    assert timing.spread(samples["m"]) == (2.0, 1.0, 3.0)
+    assert timing.verdict(samples["m"], samples["t"]) == "within noise"
+    assert timing.verdict([1.0, 1.1], [1.2, 1.3]) == "faster"
+    assert timing.verdict([1.4, 1.5], [1.2, 1.3]) == "slower"
+
+
+def test_settle_l2_before_each_loop():
+    """settle_l2: the cache is read over before every loop's hold, never inside a timed loop."""
+    clock = FakeClock()
+    clock.settle_l2 = lambda: clock.log.append("settle")  # type: ignore[method-assign]
+    timer = timing.Timer(iters=2, reps=3, sleep_cycles=1000, settle_l2=True, clock=clock)
+    timer([lambda: None])
+    holds = [i for i, what in enumerate(clock.log) if what.startswith("sleep")]
+    assert len(holds) == 3 and all(clock.log[i - 1] == "settle" for i in holds)
+    assert clock.log.count("settle") == 3
