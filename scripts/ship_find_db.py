@@ -7,9 +7,11 @@ NORMAL find on it did, with no find of the user's own.
 
 Each problem's ranked list in the source replaces the system file's list for that problem (lists
 of other problems are kept); perf records of the source are added where the system file has none
-for that solver and problem (the tuned records already shipped win). A record of what was added
-is appended to ``<basename>.txt`` beside the DB. Runs anywhere (no GPU needed): it only moves
-SQLite rows."""
+for that solver and problem (the tuned records already shipped win), except for the solvers named
+in ``--replace-perf``, whose records in the source replace the shipped ones (configs that find
+itself searched, as the cuBLASLt solvers' are: the list and the perf record then agree). A record
+of what was added is appended to ``<basename>.txt`` beside the DB. Runs anywhere (no GPU
+needed): it only moves SQLite rows."""
 
 from __future__ import annotations
 
@@ -36,9 +38,11 @@ def base_of(source: Path) -> str:
     return name.removesuffix(".cuda.udb")
 
 
-def ship(source: Path, out_dir: Path) -> tuple[Path, list[str]]:
+def ship(
+    source: Path, out_dir: Path, replace_perf: frozenset[str] = frozenset()
+) -> tuple[Path, list[str], str]:
     """Merge ``source``'s find lists (and missing perf records) into ``out_dir/<base>.db``;
-    returns the file and one line per problem shipped."""
+    returns the file, one line per problem shipped and a note on the perf records replaced."""
     base = base_of(source)
     dst = out_dir / f"{base}.db"
     if not dst.is_file():
@@ -59,12 +63,17 @@ def ship(source: Path, out_dir: Path) -> tuple[Path, list[str]]:
             best, *rest = group  # ordered by rank
             lines.append(f"{primitive} {key}: {best[3]} {best[4] * 1e3:.1f} us first of {1 + len(rest)}")
         new.executemany(f"INSERT INTO find_db ({FIND_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        new.executemany(f"INSERT OR IGNORE INTO perf_db ({PERF_COLUMNS}) VALUES (?, ?, ?, ?, ?)", perf)
+        kept = [r for r in perf if r[2] not in replace_perf]
+        replaced = [r for r in perf if r[2] in replace_perf]
+        new.executemany(f"INSERT OR IGNORE INTO perf_db ({PERF_COLUMNS}) VALUES (?, ?, ?, ?, ?)", kept)
+        new.executemany(f"INSERT OR REPLACE INTO perf_db ({PERF_COLUMNS}) VALUES (?, ?, ?, ?, ?)", replaced)
+        names = ", ".join(sorted({r[2] for r in replaced}))
+        note = f"{len(replaced)} perf records replaced ({names})\n" if replaced else ""
         new.commit()
     src.close()
     new.close()  # a connection's `with` commits but leaves it open
     seal(tmp, dst)
-    return dst, lines
+    return dst, lines, note
 
 
 def main() -> int:
@@ -73,12 +82,16 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "miopy" / "data"))
     ap.add_argument("--command", default="", help="how the source was made, for the record")
     ap.add_argument("--device", default="", help="the device it ran on, for the record")
+    ap.add_argument(
+        "--replace-perf", default="", help="comma-separated solvers whose perf records in the source win"
+    )
     args = ap.parse_args()
     source = Path(args.source)
     if not source.is_file():
         print(f"ship_find_db: {source}: no such file", file=sys.stderr)
         return 1
-    dst, lines = ship(source, Path(args.out))
+    replace = frozenset(s.strip() for s in args.replace_perf.split(",") if s.strip())
+    dst, lines, note = ship(source, Path(args.out), replace)
     record = dst.with_suffix(".txt")
     now = datetime.datetime.now(datetime.UTC)
     text = record.read_text() if record.exists() else ""
@@ -87,7 +100,9 @@ def main() -> int:
         f"{' on ' + args.device if args.device else ''}"
         f"{' by' if args.command else ''}\n"
         f"{'  ' + args.command + chr(10) if args.command else ''}"
-        "(each problem's solvers timed by find with the L2 flushed; immediate mode ranks by these)\n\n"
+        "(each problem's solvers timed by find with the L2 flushed; immediate mode ranks by these)\n"
+        + note
+        + "\n"
         + "".join(f"{line}\n" for line in lines)
     )
     record.write_text(text)
