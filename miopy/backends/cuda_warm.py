@@ -1,8 +1,8 @@
 """Loading cuBLAS's and cuBLASLt's kernels before the first iteration needs them.
 
 CUDA loads a library's kernels lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2): the
-first cuBLAS or cuBLASLt call that picks a kernel loads it, about a millisecond each, and a
-ResNet-50 iteration's first GEMMs spent about 0.1 s so on an H200. A kernel package knows the
+first cuBLAS or cuBLASLt call that picks a kernel loads it (0.1-0.4 ms each on an H200), and the
+first cuBLASLt call of a process initializes the library (about 0.07 s there). A kernel package knows the
 library calls its chosen solutions make (``describe``, at build time; the ``kdb_library`` table);
 a handle on a GPU that has the package runs each once (``warm``) on a thread of its own, right after
 the BLAS handles are made, on scratch memory, a private non-blocking stream and a private cuBLAS
