@@ -22,7 +22,10 @@ CUDA_DIR = KERNEL_ROOT / "cuda"
 KERNEL_FILES = sorted(CUDA_DIR.glob("*.cu"))
 DTYPES = (0, 1, 2)
 _VARIANT = re.compile(r"miopy-compile-test:\s*(.*?)\s*(?:\*/)?\s*$", re.M)
-_KERNEL_NAME = re.compile(r"\bKERNEL\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
+# the name after KERNEL void, __launch_bounds__(...) and a macro of attributes (e.g. cluster dims)
+_KERNEL_NAME = re.compile(
+    r"\bKERNEL\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?:[A-Z][A-Z0-9_]*\s+)?(\w+)\s*\("
+)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _OFF_SWITCH = re.compile(r"^\s*#\s*ifndef\s+(\w+)\s*\n\s*#\s*define\s+\1\s+0\s*\n\s*#\s*endif", re.M)
 

@@ -164,3 +164,31 @@ def test_cpu_kernels(ocl, dtype):
                 assert ("bn_reduce_cols_cpu" in names) == (direction != "I"), names
                 assert "bn_apply_cpu" in names, names
             assert _run_all(ocl, p, rng) == 2
+
+
+def test_fused_plans():
+    """The one-kernel batch norm (CUDA): channels-last in clusters, NCHW by teams or clusters;
+    keys too long for a cluster's registers, OpenCL and per-activation mode are refused, and
+    without clusters (sm_80) only plans of single work-groups are made."""
+    import support
+
+    from miopy.solvers.norm.bn_fused import fused_plan
+
+    ctx = support.fake_cuda_ctx()
+
+    def plan(lens, layout, dtype="fp16", d="T", mode="SPATIAL", ctx=ctx):
+        p = BatchNormProblem(mode, d, TensorDesc(dtype, lens, layout=layout), save=True, running=d == "T")
+        return fused_plan(ctx, p, "bn_train" if d == "T" else "bn_bwd")
+
+    cols = plan((32, 256, 14, 14), "NHWC", d="B")
+    assert (cols.kernel, cols.vw, cols.cluster) == ("bn_fused_cols", 8, 8)
+    assert cols.per * 2 * 4 <= 64 and cols.tx * cols.vw * 2 >= 32  # registers; 32-byte rows
+    rows = plan((32, 512, 7, 7), "NCHW", "fp32")
+    assert (rows.kernel, rows.vw, rows.cluster) == ("bn_fused_rows", 1, 1) and rows.team < rows.local
+    big = plan((32, 64, 56, 56), "NCHW", "fp32")
+    assert big.cluster > 1 and big.team == big.local and big.vw == 4
+    assert "registers" in plan((32, 64, 112, 112), "NHWC")
+    assert "backend" in plan((32, 256, 14, 14), "NHWC", ctx=support.fake_cuda_ctx("opencl"))
+    assert "per-activation" in plan((32, 256, 14, 14), "NHWC", mode="PER_ACTIVATION")
+    old = plan((32, 64, 56, 56), "NCHW", "fp32", ctx=support.fake_cuda_ctx(arch="sm_80"))
+    assert isinstance(old, str) or old.cluster == 1

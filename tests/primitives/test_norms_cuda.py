@@ -83,7 +83,8 @@ def test_resnet_like_shapes(cuda, dtype, pdtype, layout, direction):
     p = BatchNormProblem(
         "SPATIAL", direction, x, param_dtype=pdtype, save=direction != "I", running=direction == "T"
     )
-    assert _check(cuda, p, rng) == 2
+    # training and backward also take the one-kernel BnFwdTrainingFused / BnBwdFused
+    assert _check(cuda, p, rng) == (2 if direction == "I" else 3)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -92,7 +93,7 @@ def test_large_mean_and_per_activation(cuda, layout):
     x = TensorDesc("fp32", (16, 32, 14, 14), layout=layout)
     for d in ("T", "B"):
         p = BatchNormProblem("SPATIAL", d, x, save=d == "T", running=d == "T")
-        assert _check(cuda, p, rng, offset=1000.0, tol=1e-5) == 2
+        assert _check(cuda, p, rng, offset=1000.0, tol=1e-5) == 3  # packed, strided, fused
         q = BatchNormProblem(
             "PER_ACTIVATION", d, TensorDesc("fp16", (64, 16, 7, 9), layout=layout), save=False
         )
@@ -105,7 +106,35 @@ def test_misaligned_views_fall_back(cuda):
         x = TensorDesc("fp16", (4, 32, 8, 8), layout=layout)
         for d in ("T", "B"):
             p = BatchNormProblem("SPATIAL", d, x, save=False, running=False)
-            assert _check(cuda, p, rng, misalign=True) == 2
+            assert _check(cuda, p, rng, misalign=True) == 3
+
+
+# (lens, layout, dtype): one-kernel batch norm plans of every kind: channels-last in clusters of 8
+# and of 2 and without one, NCHW rows by teams of 32 and 64 (7x7 planes, scalar access), of the
+# whole work-group (16-byte vectors) and by clusters
+FUSED_CASES = [
+    ((32, 256, 7, 7), "NHWC", "fp16"),
+    ((8, 2048, 7, 7), "NHWC", "bf16"),
+    ((4, 40, 5, 5), "NHWC", "fp32"),
+    ((32, 512, 7, 7), "NCHW", "fp32"),
+    ((8, 96, 14, 14), "NCHW", "fp16"),
+    ((16, 8, 56, 56), "NCHW", "fp32"),
+]
+
+
+@pytest.mark.parametrize("lens, layout, dtype", FUSED_CASES)
+def test_bn_fused_one_kernel(cuda, lens, layout, dtype):
+    from miopy.solvers.norm.bn_fused import BnBwdFused, BnFwdTrainingFused, fused_plan
+
+    rng = np.random.default_rng(11)
+    x = TensorDesc(dtype, lens, layout=layout)
+    for d, solver in (("T", BnFwdTrainingFused()), ("B", BnBwdFused())):
+        for save in (True, False):
+            p = BatchNormProblem("SPATIAL", d, x, save=save, running=save and d == "T", exp_avg_factor=0.3)
+            plan = fused_plan(cuda, p, solver.kind)
+            assert not isinstance(plan, str), f"{p.key()}: {plan}"
+            assert _check(cuda, p, rng) >= 2
+        assert _check(cuda, p, rng, offset=300.0, tol=1e-5 if dtype == "fp32" else None) >= 2
 
 
 def _check_ln(handle, problem, rng, offset=0.0):
