@@ -48,9 +48,10 @@ from miopy.solvers.reduce import (
     ReduceRows,
     ReduceRowsVec,
     ReduceRowsWarp,
+    ReduceRowsWarpBatch,
 )
 from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxRowsWarp, SoftmaxStrided
-from miopy.solvers.tensorop import TensorOpPacked, TensorOpStrided
+from miopy.solvers.tensorop import TensorOpPacked, TensorOpPackedVec, TensorOpStrided
 
 if TYPE_CHECKING:
     from miopy.problem.base import Problem
@@ -93,10 +94,11 @@ SOLVERS: dict[str, list[Solver]] = {
     "activ": [ActivFwdPacked(), ActivFwdStrided(), ActivBwdPacked(), ActivBwdStrided()],
     "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdVec(), PoolingBwdDirect()],
     "bnorm": BNORM_SOLVERS,
-    "tensorop": [TensorOpPacked(), TensorOpStrided()],
+    "tensorop": [TensorOpPacked(), TensorOpPackedVec(), TensorOpStrided()],
     "softmax": [SoftmaxRowsWarp(), SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],
     "reduce": [
         ReduceRowsWarp(),
+        ReduceRowsWarpBatch(),
         ReduceRowsVec(),
         ReduceRows(),
         ReduceColumnsVec(),

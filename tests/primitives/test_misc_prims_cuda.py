@@ -79,8 +79,32 @@ def test_tensorop_resnet_shapes(cuda, dtype, layout):
     for blens in ((4, 256, 14, 14), (1, 256, 1, 1), (1, 1, 1, 1), (4, 1, 14, 14)):
         b = TensorDesc(dtype, blens, layout=layout)
         for op in ("add", "mul", "min", "max"):
-            run_all(cuda, TensorOpProblem(op, c, b, c, 1.5, 0.5, 0.25), tref, BASE[c.dtype] * 2)
+            ran = run_all(cuda, TensorOpProblem(op, c, b, c, 1.5, 0.5, 0.25), tref, BASE[c.dtype] * 2)
+            if blens == c.lens or (layout == "NHWC" and blens == (1, 256, 1, 1)):
+                assert "TensorOpPackedVec" in ran, ran
     run_all(cuda, TensorOpProblem("scale", y=c, value=0.5), tref, BASE[c.dtype])
+
+
+def test_tensorop_vec_tail_and_unaligned(cuda):
+    """TensorOpPackedVec: a length that is no multiple of a vector (the scalar tail), beta = 0
+    (c not read), and views 2 bytes into their buffers (the scalar path)."""
+    import cupy as cp
+
+    from miopy.engine.candidates import make_solution
+    from miopy.solvers import by_name
+
+    c = TensorDesc("fp16", (3, 5, 7, 9))
+    for beta in (0.0, 0.25):
+        p = TensorOpProblem("add", c, c, c, 1.5, 0.5, beta)
+        assert "TensorOpPackedVec" in run_all(cuda, p, tref, BASE[c.dtype] * 2)
+    bufs = random_buffers(p, np.random.default_rng(4))
+    want = tref.reference(p, {r: b.copy() for r, b in bufs.items()})["c"]
+    big = {r: cp.asarray(np.concatenate([np.zeros(1, np.float16), b])) for r, b in bufs.items()}
+    views = {r: a[1:] for r, a in big.items()}
+    make_solution(cuda, p, by_name("TensorOpPackedVec", "tensorop")).run(cuda, views)
+    cp.cuda.Stream.null.synchronize()
+    got = cp.asnumpy(views["c"]).astype(np.float64).reshape(np.shape(want))
+    assert np.abs(got - want).max() < 4e-3
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "fp64"])
@@ -90,7 +114,9 @@ def test_reductions(cuda, dtype):
     for desc, dims in ((y, (2, 3)), (x, (1,)), (x, (0, 2, 3)), (y, (0,)), (y, (0, 1, 2, 3))):
         for op in ("add", "avg", "norm2"):
             p = ReduceProblem(op, desc, dims)
-            run_all(cuda, p, rref, reduce_tolerance(p), rng=np.random.default_rng(1))
+            ran = run_all(cuda, p, rref, reduce_tolerance(p), rng=np.random.default_rng(1))
+            if dtype != "fp64" and desc is y and dims == (2, 3):  # 7 loads a work item, one batch
+                assert "ReduceRowsWarpBatch" in ran, ran
         for op in ("max", "amax", "min"):
             p = ReduceProblem(op, desc, dims, True)
             ran = run_all(cuda, p, rref, reduce_tolerance(p), rng=np.random.default_rng(2))

@@ -9,6 +9,7 @@ from miopy.solvers.reduce.direct import (
     ReduceRows,
     ReduceRowsVec,
     ReduceRowsWarp,
+    ReduceRowsWarpBatch,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "ReduceRows",
     "ReduceRowsVec",
     "ReduceRowsWarp",
+    "ReduceRowsWarpBatch",
 ]

@@ -314,16 +314,43 @@ class ReduceRowsWarp(ReduceRowsVec):
         per = -(-rows_length(problem) // (_vec(problem) * self.LOADS))
         return min(32, max(4, 1 << max(0, math.ceil(math.log2(max(1, per))))))
 
+    def _loads(self, problem: ReduceProblem) -> int:
+        return self.LOADS
+
     def get_program(self, ctx, problem: ReduceProblem, config=None) -> Program:
         length = rows_length(problem)
         nout = problem.y.element_count
         team = self._team(problem)
         groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
-        defines = {"MIOPY_DTYPE": problem.dtype.code, "RW_TEAM": team, "RW_U": self.LOADS}
+        defines = {"MIOPY_DTYPE": problem.dtype.code, "RW_TEAM": team, "RW_U": self._loads(problem)}
         defines["RW_OP"] = int(problem.op)
         spec = KernelSpec("reduce", "reduce_rows_warp", defines, (groups * GROUP,), (GROUP,))
         args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
         return Program((Launch(spec, args),))
+
+
+class ReduceRowsWarpBatch(ReduceRowsWarp):
+    """ReduceRowsWarp with as many loads in flight per work item as its share of a run needs, up
+    to MOST_LOADS, split into even batches: a run of 392 16-byte vectors (56x56 fp16) is one batch
+    of 13 loads per lane of a warp instead of a batch of 8 and one of 4 or 5 (one memory round trip
+    fewer per run)."""
+
+    name = "ReduceRowsWarpBatch"
+    id = 606
+    MOST_LOADS = 16
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        why = super().is_applicable(ctx, problem)
+        if why:
+            return why
+        if self._loads(problem) == self.LOADS:
+            return f"{self.LOADS} loads a work item already (ReduceRowsWarp)"
+        return None
+
+    def _loads(self, problem: ReduceProblem) -> int:
+        per = -(-rows_length(problem) // (_vec(problem) * self._team(problem)))  # vectors a work item
+        batches = -(-per // self.MOST_LOADS)
+        return max(1, -(-per // batches))
 
 
 class ReduceColumnsVec(ReduceColumns):
