@@ -10,7 +10,8 @@ applicable miopy solver is checked against PyTorch's result and timed; the faste
 "% copy" divides by the rate of a 1 GiB device-to-device copy, "% same" by that of a copy moving
 the same bytes; "ours/torch" is miopy's time over PyTorch's. Needs torch, cupy and cuda-bindings.
 
-    python benchmarks/misc_prims.py [--dtypes fp16,fp32] [--quick] [--json out.json]
+    python benchmarks/misc_prims.py [--dtypes fp16,fp32] [--only softmax,tensorop,reduce,lrn] [--quick]
+                                    [--json out.json]
 
 --quick: fewer timed launches and one case per primitive and direction (a smoke run).
 
@@ -275,9 +276,12 @@ def main() -> int:
     ap.add_argument("--dtypes", default="fp16,fp32")
     ap.add_argument("--quick", action="store_true", help="fewer launches and cases: a smoke run")
     ap.add_argument("--json", default="")
+    ap.add_argument("--only", default="softmax,tensorop,reduce,lrn", help="which primitives")
     args = ap.parse_args()
     if args.quick:
         timer, quick = QUICK_TIMER, True
+    kinds = {"softmax": softmax_cases, "tensorop": tensorop_cases, "reduce": reduce_cases, "lrn": lrn_cases}
+    chosen = [kinds[k] for k in args.only.split(",")]
     handle = Handle("cuda")
     print(
         f"device: {handle.info.name}, {handle.info.compute_units} SMs; torch {torch.__version__}", flush=True
@@ -286,12 +290,7 @@ def main() -> int:
     print(f"device-to-device copy of 1 GiB: {big / 1e3:.0f} GB/s (read + write)", flush=True)
     results, wrong, misses = [], [], []
     for dtype in args.dtypes.split(","):
-        for row in (
-            softmax_cases(handle, dtype)
-            + tensorop_cases(handle, dtype)
-            + reduce_cases(handle, dtype)
-            + lrn_cases(handle, dtype)
-        ):
+        for row in [r for cases in chosen for r in cases(handle, dtype)]:
             best = row["best"]
             row["torch_pct"] = 100 * row["bytes"] / row["torch_us"] / big
             results.append(row)
