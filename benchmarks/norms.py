@@ -16,7 +16,8 @@ side must move at least (miopy's problem.bytes(): reads plus writes); "% copy" d
 rate of a 1 GiB device-to-device copy, "% same-size copy" by that of a copy moving the same number
 of bytes. Needs torch, cupy and cuda-bindings.
 
-    python benchmarks/norms.py [--dtypes fp16,fp32] [--only bn,ln,gn] [--quick] [--json out.json]
+    python benchmarks/norms.py [--dtypes fp16,fp32] [--only bn,ln,gn] [--bn-directions TIB] [--quick]
+                               [--json out.json]
 
 --quick: fewer timed launches, two batch norm shapes, one layer norm shape (a smoke run).
 On the CPU (PoCL): benchmarks/prims_pocl.py. "ours/torch" is miopy's time over PyTorch's.
@@ -412,11 +413,11 @@ def gn_case(handle, dtype: str, layout: str, shape, direction: str) -> dict:
     }
 
 
-def cases(kinds: set[str], dtype: str, bn_shapes: int):
+def cases(kinds: set[str], dtype: str, bn_shapes: int, bn_directions: str = "TIB"):
     """(kind, thunk) for every case of ``kinds`` in ``dtype``."""
     if "bn" in kinds:
         for c, hw in BN_SHAPES[:bn_shapes]:
-            for direction in ("T", "I", "B"):
+            for direction in bn_directions:
                 yield "bn", functools.partial(bn_case, dtype=dtype, c=c, hw=hw, direction=direction)
     if "ln" in kinds:
         for rows, feats in LN_SHAPES:
@@ -443,6 +444,7 @@ def main() -> int:
     ap.add_argument("--only", default="bn,ln,gn", help="bn, ln, gn: which norms")
     ap.add_argument("--json", default="")
     ap.add_argument("--shapes", type=int, default=len(BN_SHAPES), help="first N ResNet-50 batch norm shapes")
+    ap.add_argument("--bn-directions", default="TIB", help="batch norm passes (T, I, B)")
     ap.add_argument("--quick", action="store_true", help="fewer launches and shapes: a smoke run")
     args = ap.parse_args()
     global device_us, LN_SHAPES
@@ -463,7 +465,7 @@ def main() -> int:
     )
     results, wrong, misses = [], [], []
     for dtype in args.dtypes.split(","):
-        for kind, run_case in cases(kinds, dtype, args.shapes):
+        for kind, run_case in cases(kinds, dtype, args.shapes, args.bn_directions):
             row = run_case(handle)
             same = copy_rate(max(row["bytes"] // 2, 1 << 20))
             row.update(dtype=dtype, kind=kind, copy_big=big, copy_same=same)

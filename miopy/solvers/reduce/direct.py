@@ -288,6 +288,7 @@ class ReduceRowsWarp(ReduceRowsVec):
     name = "ReduceRowsWarp"
     id = 605
     LOADS = 8  # RW_U
+    LD_HINT = 0  # VEC_LD_HINT (common/vec.h): 0 the default __ldg
     MOST_LENGTH = 1 << 18
 
     def is_applicable(self, ctx, problem) -> str | None:
@@ -323,6 +324,8 @@ class ReduceRowsWarp(ReduceRowsVec):
         team = self._team(problem)
         groups = min(-(-nout // (GROUP // team)), MAX_GROUPS)
         defines = {"MIOPY_DTYPE": problem.dtype.code, "RW_TEAM": team, "RW_U": self._loads(problem)}
+        if self.LD_HINT:
+            defines["VEC_LD_HINT"] = self.LD_HINT
         defines["RW_OP"] = int(problem.op)
         spec = KernelSpec("reduce", "reduce_rows_warp", defines, (groups * GROUP,), (GROUP,))
         args = (*_buffers(problem), np.int64(nout), np.int64(length), *_kept(problem), *_tail(problem))
