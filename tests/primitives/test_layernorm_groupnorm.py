@@ -251,3 +251,26 @@ def test_groupnorm_nhwc_one_pass_gpu_kernel_on_opencl(ocl, monkeypatch, dtype):
                 for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
                     assert err < limit, f"{p.key()} {role} offset {offset}: {err}"
     assert "channels-last" in solver.is_applicable(ocl, GroupNormProblem(NdDesc("fp32", (2, 4, 3, 3)), 2))
+
+
+def test_groupnorm_nhwc_backward_shape():
+    """GroupNormBwdNhwc (CUDA): ResNet's 8-channel groups of 56x56 fp16 two groups a work-group
+    (32-byte pixel reads) with dy read again from L2; small groups keep dy in registers; groups
+    of 3 channels and OpenCL are refused."""
+    import support
+
+    from miopy.problem.nd import channels_last_strides
+    from miopy.solvers.norm.gn_nhwc_bwd import gn_nhwc_bwd_shape
+
+    ctx = support.fake_cuda_ctx()
+
+    def shape(lens, g, dtype="fp16", ctx=ctx):
+        return gn_nhwc_bwd_shape(
+            ctx, GroupNormProblem(NdDesc(dtype, lens, channels_last_strides(lens)), g, 1e-5, 1, "B")
+        )
+
+    cg, vw, local, per, gpb, reload = shape((32, 256, 56, 56), 32)
+    assert (cg, vw, gpb, reload) == (8, 8, 2, 1) and per * 4 <= 64 and local * per * vw >= 56 * 56 * 16
+    assert shape((4, 64, 14, 14), 32, "fp32")[-1] == 0
+    assert "power of two" in shape((2, 24, 17, 17), 8)
+    assert "backend" in shape((32, 256, 56, 56), 32, ctx=support.fake_cuda_ctx("opencl"))

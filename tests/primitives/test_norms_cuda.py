@@ -190,8 +190,8 @@ def test_groupnorm_both_layouts(cuda, dtype, layout, direction):
     lens = (4, 64, 14, 14)
     strides = channels_last_strides(lens) if layout == "NHWC" else None
     p = GroupNormProblem(NdDesc(dtype, lens, strides), 32, 1e-5, 1, direction)
-    # NCHW also takes the one-pass GroupNorm*Rows, NHWC forward GroupNormFwdNhwc
-    count = 3 if layout == "NCHW" or direction == "F" else 2
+    # NCHW also takes the one-pass GroupNorm*Rows, NHWC GroupNormFwdNhwc / GroupNormBwdNhwc
+    count = 3
     assert _check_ln(cuda, p, rng) == count
     assert _check_ln(cuda, p, rng, offset=100.0) == count
 
@@ -224,5 +224,23 @@ def test_groupnorm_nhwc_one_pass(cuda, dtype):
     for lens, g, mode in (((2, 256, 56, 56), 32, 1), ((3, 64, 28, 28), 8, 0), ((2, 24, 17, 17), 8, 1)):
         p = GroupNormProblem(NdDesc(dtype, lens, channels_last_strides(lens)), g, 1e-5, mode, "F")
         assert one.is_applicable(cuda, p) is None, p.key()
+        assert _check_ln(cuda, p, rng) >= 2
+        assert _check_ln(cuda, p, rng, offset=100.0) >= 2
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_groupnorm_nhwc_backward_one_pass(cuda, dtype):
+    """GroupNormBwdNhwc: dy reloaded from L2 (ResNet's 8-channel groups of 56x56, two groups a
+    work-group for fp16) and held in registers (small groups, 16 groups a work-group), with and
+    without weights, data far from zero."""
+    from miopy.problem.layernorm import GroupNormProblem
+    from miopy.problem.nd import NdDesc, channels_last_strides
+    from miopy.solvers.norm.gn_nhwc_bwd import gn_nhwc_bwd_shape
+
+    rng = np.random.default_rng(12)
+    for lens, g, mode, reload in (((2, 256, 56, 56), 32, 1, 1), ((3, 64, 14, 14), 32, 0, 0)):
+        p = GroupNormProblem(NdDesc(dtype, lens, channels_last_strides(lens)), g, 1e-5, mode, "B")
+        shape = gn_nhwc_bwd_shape(cuda, p)
+        assert not isinstance(shape, str) and shape[-1] == reload, shape
         assert _check_ln(cuda, p, rng) >= 2
         assert _check_ln(cuda, p, rng, offset=100.0) >= 2

@@ -8,6 +8,7 @@ from miopy.solvers.base import Solver
 from miopy.solvers.norm.bn_fused import BnBwdFused, BnFwdTrainingFused
 from miopy.solvers.norm.bn_program import bn_packed_program
 from miopy.solvers.norm.gn_nhwc import GroupNormFwdNhwc
+from miopy.solvers.norm.gn_nhwc_bwd import GroupNormBwdNhwc
 from miopy.solvers.norm.gn_rows import gn_rows_program, gn_rows_shape
 from miopy.solvers.norm.program import ln_rows_program, ln_rows_shape, norm_program, packed_reason
 
@@ -145,6 +146,7 @@ GROUPNORM_SOLVERS = [
     _make("groupnorm", "GroupNormFwdPacked", 420, "ln_fwd", True),
     GroupNormFwdRows(),
     _make("groupnorm", "GroupNormFwdStrided", 421, "ln_fwd", False),
+    GroupNormBwdNhwc(),
     _make("groupnorm", "GroupNormBwdPacked", 422, "ln_bwd", True),
     GroupNormBwdRows(),
     _make("groupnorm", "GroupNormBwdStrided", 423, "ln_bwd", False),
