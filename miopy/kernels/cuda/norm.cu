@@ -1,5 +1,7 @@
-// miopy-compile-test: -DNORM_PTYPE=0 -DNORM_VW=4 -DMIOPY_DTYPE=0 -DGN_LOCAL=1024 -DGN_PER=7 -DGN_VPP=2
-// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DGN_LOCAL=1024 -DGN_PER=7 -DGN_GPB=2
+// The variants with GN_* / LN_* sizes compile only the kernels those sizes shape (NORM_ONLY: gn_rows_fwd
+// with gn_nhwc_fwd 20, gn_rows_bwd 21, ln_rows_fwd 16, ln_rows_bwd 18); the others compile every kernel.
+// miopy-compile-test: -DNORM_PTYPE=0 -DNORM_VW=4 -DMIOPY_DTYPE=0 -DGN_LOCAL=1024 -DGN_PER=7 -DGN_VPP=2 -DNORM_ONLY=20
+// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DGN_LOCAL=1024 -DGN_PER=7 -DGN_GPB=2 -DNORM_ONLY=20
 #include "common/norm.h"
 #include "common/gn_nhwc.h"
 // miopy-compile-test: -DNORM_PTYPE=0
@@ -7,5 +9,6 @@
 // miopy-compile-test: -DNORM_PTYPE=0 -DNORM_VW=8 -DMIOPY_DTYPE=2
 // miopy-compile-test: -DNORM_PTYPE=2 -DMIOPY_DTYPE=2
 // miopy-compile-test: -DNORM_PTYPE=0 -DNORM_VW=4 -DMIOPY_DTYPE=0
-// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DLN_LOCAL=128 -DLN_PER=2 -DLN_ROWS=4
-// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DGN_LOCAL=1024 -DGN_PER=4 -DGN_CG_MOST=8
+// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DLN_LOCAL=128 -DLN_PER=2 -DLN_ROWS=4 -DNORM_ONLY=18
+// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DLN_LOCAL=128 -DLN_PER=2 -DNORM_ONLY=16
+// miopy-compile-test: -DNORM_PTYPE=1 -DNORM_VW=8 -DMIOPY_DTYPE=1 -DGN_LOCAL=1024 -DGN_PER=4 -DGN_CG_MOST=8 -DNORM_ONLY=21
