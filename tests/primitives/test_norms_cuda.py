@@ -83,8 +83,8 @@ def test_resnet_like_shapes(cuda, dtype, pdtype, layout, direction):
     p = BatchNormProblem(
         "SPATIAL", direction, x, param_dtype=pdtype, save=direction != "I", running=direction == "T"
     )
-    # training and backward also take the one-kernel BnFwdTrainingFused / BnBwdFused
-    assert _check(cuda, p, rng) == (2 if direction == "I" else 3)
+    # also the one-kernel BnFwdTrainingFused / BnFwdInferenceFlat / BnBwdFused
+    assert _check(cuda, p, rng) == 3
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -104,7 +104,7 @@ def test_misaligned_views_fall_back(cuda):
     rng = np.random.default_rng(2)
     for layout in ("NCHW", "NHWC"):
         x = TensorDesc("fp16", (4, 32, 8, 8), layout=layout)
-        for d in ("T", "B"):
+        for d in ("T", "I", "B"):
             p = BatchNormProblem("SPATIAL", d, x, save=False, running=False)
             assert _check(cuda, p, rng, misalign=True) == 3
 
@@ -124,7 +124,7 @@ FUSED_CASES = [
 
 @pytest.mark.parametrize("lens, layout, dtype", FUSED_CASES)
 def test_bn_fused_one_kernel(cuda, lens, layout, dtype):
-    from miopy.solvers.norm.bn_fused import BnBwdFused, BnFwdTrainingFused, fused_plan
+    from miopy.solvers.norm.bn_fused import BnBwdFused, BnFwdInferenceFlat, BnFwdTrainingFused, fused_plan
 
     rng = np.random.default_rng(11)
     x = TensorDesc(dtype, lens, layout=layout)
@@ -135,6 +135,9 @@ def test_bn_fused_one_kernel(cuda, lens, layout, dtype):
             assert not isinstance(plan, str), f"{p.key()}: {plan}"
             assert _check(cuda, p, rng) >= 2
         assert _check(cuda, p, rng, offset=300.0, tol=1e-5 if dtype == "fp32" else None) >= 2
+    q = BatchNormProblem("SPATIAL", "I", x)
+    assert BnFwdInferenceFlat().is_applicable(cuda, q) is None
+    assert _check(cuda, q, rng) == 3
 
 
 def _check_ln(handle, problem, rng, offset=0.0):

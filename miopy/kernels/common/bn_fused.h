@@ -1,4 +1,4 @@
-/* Batch norm training forward and backward in ONE kernel over dense tensors (CUDA, sm_90 for
+/* Batch norm training forward and backward in ONE kernel (and inference as one streaming pass) over dense tensors (CUDA, sm_90 for
    clusters): the data a key needs are read once into registers, reduced, and the output written
    from the registers, so x (and dy) are read once and y (dx) written once, with no workspace and
    no second launch. Small and medium ResNet shapes, where the three launches of bnorm.h (reduce,
@@ -23,7 +23,8 @@
    Outputs as bn_finalize + bn_apply: forward y = (x - K) * a + d with a = scale * inv,
    d = bias - m1 * a (m1 = mean - K); saved mean / inverse std and the running statistics
    (MIOpen's factor, unbiased variance); backward dx = dy * a + (x - K) * b + d, dscale, dbias,
-   from the saved statistics (F_SAVED) or from x. Index arithmetic is 32-bit (host: < 2^31). */
+   from the saved statistics (F_SAVED) or from x. Index arithmetic is 32-bit (host: < 2^31).
+   bn_infer_flat (below): inference forward, the coefficients computed in the kernel. */
 #ifndef MIOPY_BN_FUSED_H
 #define MIOPY_BN_FUSED_H
 #ifndef NORM_ONLY
@@ -510,6 +511,83 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
     }
 #if BNF_CL > 1
     bnf_cluster_wait();
+#endif
+}
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* bn_infer_flat: inference forward as one streaming pass, y = x * a[k] + d[k] with a = scale /
+   sqrt(var + eps), d = bias - mean * a computed in the kernel (no finalise launch). Element i has
+   key (i / kd) % K. Channels-last (kd == 1): the host makes the grid's stride (in vectors) a
+   multiple of K / NORM_VW, so a work item's NORM_VW keys never change and their coefficients are
+   computed once; otherwise kd is a multiple of NORM_VW and each vector has one key. BNF_AU
+   16-byte vectors in flight per work item. Tensors not 16-byte aligned take a scalar loop. */
+#if !defined(BNF_ONLY) || BNF_ONLY == 3
+#ifndef BNF_AU
+#define BNF_AU 4
+#endif
+DEVICE_FN void bnf_infer_coef(const param_t* scale, const param_t* bias, const param_t* mean, const param_t* var,
+                              int k, float eps, float* a, float* d)
+{
+    *a = PLOAD(scale, k) * NORM_RSQRT(PLOAD(var, k) + eps);
+    *d = PLOAD(bias, k) - PLOAD(mean, k) * *a;
+}
+
+KERNEL void __launch_bounds__(256)
+    bn_infer_flat(const data_t* RESTRICT x, data_t* RESTRICT out, const param_t* RESTRICT scale,
+                  const param_t* RESTRICT bias, const param_t* RESTRICT mean, const param_t* RESTRICT var, int K, int n,
+                  int kd, float eps)
+{
+    const int gsz = (int)(gridDim.x * blockDim.x);
+    const int t = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if(NORM_VW == 1 || !(ALIGNED16(x) && ALIGNED16(out)))
+    {
+        for(int i = t; i < n; i += gsz)
+        {
+            float a, d;
+            bnf_infer_coef(scale, bias, mean, var, (i / kd) % K, eps, &a, &d);
+            STORE(out, i, LOAD(x, i) * a + d);
+        }
+        return;
+    }
+#if NORM_VW > 1
+    const int nv = n / NORM_VW;
+    float A[NORM_VW], D[NORM_VW];
+    if(kd == 1)
+        UNROLL
+        for(int e = 0; e < NORM_VW; ++e)
+            bnf_infer_coef(scale, bias, mean, var, (t * NORM_VW) % K + e, eps, &A[e], &D[e]);
+    for(int v0 = t; v0 < nv; v0 += BNF_AU * gsz)
+    {
+        uint4 raw[BNF_AU];
+        UNROLL
+        for(int u = 0; u < BNF_AU; ++u)
+            if(v0 + u * gsz < nv)
+                raw[u] = vec_ld16(x + (i64)(v0 + u * gsz) * NORM_VW);
+        UNROLL
+        for(int u = 0; u < BNF_AU; ++u)
+        {
+            const int v = v0 + u * gsz;
+            if(v < nv)
+            {
+                float f[NORM_VW];
+                raw16_unpack(raw[u], f);
+                if(kd != 1)
+                {
+                    float a, d;
+                    bnf_infer_coef(scale, bias, mean, var, (v * NORM_VW / kd) % K, eps, &a, &d);
+                    UNROLL
+                    for(int e = 0; e < NORM_VW; ++e)
+                        f[e] = f[e] * a + d;
+                }
+                else
+                    UNROLL
+                    for(int e = 0; e < NORM_VW; ++e)
+                        f[e] = f[e] * A[e] + D[e];
+                store_vec(out, (i64)v * NORM_VW, f);
+            }
+        }
+    }
 #endif
 }
 #endif

@@ -13,6 +13,7 @@ cluster, the smallest work-group.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor
 from miopy.solvers.base import Solver
+from miopy.solvers.launch import LOCAL
 from miopy.solvers.norm.program import F_DY, VEC_BYTES
 from miopy.solvers.norm.view import PackedGeometry, packed_geometry
 
@@ -32,7 +34,10 @@ SECTOR = 32  # bn_fused_cols: the least contiguous bytes of a row a cluster read
 ROW_BYTES = 64  # bn_fused_cols: contiguous bytes of a row worth reading at once
 MIN_PER = 2  # vectors a work item should have before the work is split finer
 FILL = 0.9  # share of the SMs a grid should keep busy before other preferences count
-KERNEL_IDS = {"bn_fused_rows": 1, "bn_fused_cols": 2}
+KERNEL_IDS = {"bn_fused_rows": 1, "bn_fused_cols": 2, "bn_infer_flat": 3}
+INFER_THREADS_PER_CU = 2048  # bn_infer_flat: work items per SM (full occupancy)
+INFER_VECTORS = 4  # BNF_AU: 16-byte vectors in flight per work item
+MOST_PERIOD = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,48 @@ def fused_program(problem, plan: FusedPlan) -> Program:
     return Program((Launch(spec, args),))
 
 
+def infer_flat_launch(ctx, problem) -> Launch | str:
+    """bn_infer_flat's launch for an inference problem, or why it does not apply."""
+    if getattr(ctx, "backend_name", None) != "cuda":
+        return "backend is not CUDA"
+    if getattr(problem, "primitive", None) != "bnorm":
+        return "not a batch norm"
+    if problem.norm_kind != "bn_infer":
+        return f"pass is {problem.norm_kind}"
+    if problem.mode.name != "SPATIAL":
+        return "per-activation mode"
+    p = problem.param
+    if p.lens[1] > 1 and p.strides[1] != 1:
+        return "scale and statistics are not contiguous"
+    geo = packed_geometry(problem.norm_dims(), ("x", "y"))
+    if isinstance(geo, str):
+        return geo
+    if geo.klo or (geo.kind == "cols" and geo.rstride != geo.K) or geo.km != geo.K:
+        return "keys are not one dim of x"
+    item = problem.tensors()["x"].dtype.itemsize
+    step = VEC_BYTES // item
+    ok = geo.n % step == 0 and (geo.kd % step == 0 or (geo.kd == 1 and geo.K % step == 0))
+    vw = step if ok else 1
+    nv = geo.n // vw
+    groups = max(1, min(-(-nv // (LOCAL * INFER_VECTORS)), _sms(ctx) * INFER_THREADS_PER_CU // LOCAL))
+    if geo.kd == 1 and vw > 1:  # channels-last: a grid stride that keeps each work item's channels
+        period = math.lcm(LOCAL, geo.K // vw)
+        if period > MOST_PERIOD:
+            return "too many channels for a fixed-channel grid"
+        groups = -(-groups * LOCAL // period) * period // LOCAL
+    defines = {
+        "MIOPY_DTYPE": problem.tensors()["x"].dtype.code,
+        "NORM_PTYPE": problem.param_dtype.code,
+        "NORM_VW": vw,
+        "BNF_ONLY": KERNEL_IDS["bn_infer_flat"],
+        "BNF_AU": INFER_VECTORS,
+    }
+    spec = KernelSpec("bn_fused", "bn_infer_flat", defines, (groups * LOCAL,), (LOCAL,))
+    stats = (Tensor("scale"), Tensor("bias"), Tensor("estimated_mean"), Tensor("estimated_var"))
+    args = (Tensor("x"), Tensor("y"), *stats, np.int32(geo.K), np.int32(geo.n), np.int32(geo.kd))
+    return Launch(spec, (*args, Scalar("epsilon", "float32", problem.epsilon)))
+
+
 class BnFwdTrainingFused(Solver):
     """Batch norm training forward in one kernel: x read once, y written once (see the module)."""
 
@@ -210,4 +257,29 @@ class BnBwdFused(BnFwdTrainingFused):
     kind = "bn_bwd"
 
 
-__all__ = ["BnBwdFused", "BnFwdTrainingFused", "FusedPlan", "fused_plan"]
+class BnFwdInferenceFlat(BnFwdTrainingFused):
+    """Batch norm inference forward in one streaming kernel, the coefficients computed in it (no
+    finalise launch)."""
+
+    name = "BnFwdInferenceFlat"
+    id = 408
+    kind = "bn_infer"
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        launch = infer_flat_launch(ctx, problem)
+        return launch if isinstance(launch, str) else None
+
+    def get_program(self, ctx, problem, config=None) -> Program:
+        launch = infer_flat_launch(ctx, problem)
+        assert not isinstance(launch, str), launch
+        return Program((launch,))
+
+
+__all__ = [
+    "BnBwdFused",
+    "BnFwdInferenceFlat",
+    "BnFwdTrainingFused",
+    "FusedPlan",
+    "fused_plan",
+    "infer_flat_launch",
+]
