@@ -9,7 +9,7 @@
 #define MIOPY_TENSOROP_AU_H
 #include "common/raw16.h"
 #ifndef TOP_AU
-#define TOP_AU 4
+#define TOP_AU 2
 #endif
 
 KERNEL void tensorop_packed_au(const data_t* RESTRICT a, const data_t* RESTRICT b, data_t* RESTRICT c, i64 n,

@@ -16,7 +16,7 @@ from miopy.solvers.tensorop.elementwise import VEC_BYTES, TensorOpPacked, broadc
 class TensorOpPackedVec(TensorOpPacked):
     name = "TensorOpPackedVec"
     id = 402
-    AU = 4  # TOP_AU: vectors of each operand in flight per work item
+    AU = 2  # TOP_AU: vectors of each operand in flight per work item (H200: 2 beat 4 and 8)
     LD_HINT = 0  # VEC_LD_HINT (common/vec.h)
     ST_HINT = 0  # VEC_ST_HINT
 
