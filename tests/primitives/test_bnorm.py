@@ -188,6 +188,8 @@ def test_fused_plans():
     big = plan((32, 64, 56, 56), "NCHW", "fp32")
     assert big.cluster > 1 and big.team == big.local and big.vw == 4
     assert "registers" in plan((32, 64, 112, 112), "NHWC")
+    assert not cols.reload and plan((32, 128, 28, 28), "NHWC", d="B").reload  # x alone fits
+    assert plan((24, 32, 28, 28), "NHWC", "fp32", d="B").reload
     assert "backend" in plan((32, 256, 14, 14), "NHWC", ctx=support.fake_cuda_ctx("opencl"))
     assert "per-activation" in plan((32, 256, 14, 14), "NHWC", mode="PER_ACTIVATION")
     old = plan((32, 64, 56, 56), "NCHW", "fp32", ctx=support.fake_cuda_ctx(arch="sm_80"))

@@ -111,7 +111,7 @@ def test_misaligned_views_fall_back(cuda):
 
 # (lens, layout, dtype): one-kernel batch norm plans of every kind: channels-last in clusters of 8
 # and of 2 and without one, NCHW rows by teams of 32 and 64 (7x7 planes, scalar access), of the
-# whole work-group (16-byte vectors) and by clusters
+# whole work-group (16-byte vectors) and by clusters, backward with dy held and read again
 FUSED_CASES = [
     ((32, 256, 7, 7), "NHWC", "fp16"),
     ((8, 2048, 7, 7), "NHWC", "bf16"),
@@ -119,6 +119,7 @@ FUSED_CASES = [
     ((32, 512, 7, 7), "NCHW", "fp32"),
     ((8, 96, 14, 14), "NCHW", "fp16"),
     ((16, 8, 56, 56), "NCHW", "fp32"),
+    ((24, 32, 28, 28), "NHWC", "fp32"),  # backward reads dy again (x alone fits the registers)
 ]
 
 

@@ -23,7 +23,8 @@
    Outputs as bn_finalize + bn_apply: forward y = (x - K) * a + d with a = scale * inv,
    d = bias - m1 * a (m1 = mean - K); saved mean / inverse std and the running statistics
    (MIOpen's factor, unbiased variance); backward dx = dy * a + (x - K) * b + d, dscale, dbias,
-   from the saved statistics (F_SAVED) or from x. Index arithmetic is 32-bit (host: < 2^31).
+   from the saved statistics (F_SAVED) or from x; with BNF_RELOAD backward holds only x and reads
+   dy again for dx (from L2), for keys twice as long. Index arithmetic is 32-bit (host: < 2^31).
    bn_infer_flat (below): inference forward, the coefficients computed in the kernel. */
 #ifndef MIOPY_BN_FUSED_H
 #define MIOPY_BN_FUSED_H
@@ -50,6 +51,9 @@
 #endif
 #ifndef BNF_TX
 #define BNF_TX 4 /* bn_fused_cols: work items across the channels */
+#endif
+#ifndef BNF_RELOAD
+#define BNF_RELOAD 0 /* backward: dy read again for dx (from L2) instead of held in registers */
 #endif
 #define BNF_NS (BN_BWD ? 4 : 2) /* sums per key */
 #define BNF_WARPS (BNF_BT / 32)
@@ -235,7 +239,7 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
             const int s = j / LV;
             const i64 o = base + (i64)s * sstride + (j - s * LV) * NORM_VW;
             xv[i] = bnf_ld(x, o, va);
-#if BN_BWD
+#if BN_BWD && !BNF_RELOAD
             gv[i] = bnf_ld(dy, o, va);
 #endif
         }
@@ -253,6 +257,10 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
             float v[NORM_VW];
             bnf_unpack(xv[i], v);
 #if BN_BWD
+#if BNF_RELOAD
+            const int s_ = j / LV;
+            gv[i] = bnf_ld(dy, base + (i64)s_ * sstride + (j - s_ * LV) * NORM_VW, va);
+#endif
             float g[NORM_VW];
             bnf_unpack(gv[i], g);
 #endif
@@ -326,6 +334,9 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
             float v[NORM_VW];
             bnf_unpack(xv[i], v);
 #if BN_BWD
+#if BNF_RELOAD
+            gv[i] = bnf_ld(dy, o, va); /* from L2: the cluster read it a moment ago */
+#endif
             float g[NORM_VW];
             bnf_unpack(gv[i], g);
             UNROLL
@@ -390,7 +401,7 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
         {
             const i64 o = (i64)r * rstride + col;
             xv[i] = bnf_ld(x, o, va);
-#if BN_BWD
+#if BN_BWD && !BNF_RELOAD
             gv[i] = bnf_ld(dy, o, va);
 #endif
         }
@@ -410,6 +421,9 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
             float v[NORM_VW];
             bnf_unpack(xv[i], v);
 #if BN_BWD
+#if BNF_RELOAD
+            gv[i] = bnf_ld(dy, (i64)r * rstride + col, va);
+#endif
             float g[NORM_VW];
             bnf_unpack(gv[i], g);
 #endif
@@ -496,6 +510,9 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
             float v[NORM_VW];
             bnf_unpack(xv[i], v);
 #if BN_BWD
+#if BNF_RELOAD
+            gv[i] = bnf_ld(dy, o, va); /* from L2: the cluster read it a moment ago */
+#endif
             float g[NORM_VW];
             bnf_unpack(gv[i], g);
             UNROLL

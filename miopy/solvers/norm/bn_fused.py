@@ -5,7 +5,8 @@ medium ResNet shapes, where the three launches of the packed solvers (reduce, fi
 cost more than the data; find keeps the packed ones where they are faster.
 
 The plan (``fused_plan``) picks the work-group size, the cluster size and the vectors a work item
-holds so that the key fits the registers (RAW_WORDS 32-bit words of held data a work item), then
+holds so that the key fits the registers (RAW_WORDS 32-bit words of held data a work item; backward
+holds x alone and reads dy again where x and dy do not fit), then
 the grid that fills the device best: at least ``FILL`` of the SMs busy (two work-groups an SM for
 the rows kernel), rows of 32 bytes at least and 64 preferred (channels-last), the smallest
 cluster, the smallest work-group.
@@ -51,6 +52,7 @@ class FusedPlan:
     tx: int  # cols: work items across the channels
     blocks: int
     geo: PackedGeometry
+    reload: bool = False  # backward: dy read again for dx instead of held
 
 
 def _arch(ctx) -> int:
@@ -71,12 +73,19 @@ def _score(per: int, blocks: int, sms: int, *rest) -> tuple:
 ROWS_WAVES = 2  # bn_fused_rows: work-groups per SM to aim for (short work-groups, one key each)
 
 
-def _rows_plan(geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int) -> FusedPlan | None:
+def _cap(vw: int, bwd: bool, reload: bool) -> int:
+    """Vectors a work item may hold: RAW_WORDS of x, and of dy backward unless it is reloaded."""
+    return (RAW_WORDS // (4 if vw > 1 else 1)) // (2 if bwd and not reload else 1)
+
+
+def _rows_plan(
+    geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int, reload: bool = False
+) -> FusedPlan | None:
     step = VEC_BYTES // item
     vec = geo.L % step == 0 and geo.kstride % step == 0 and geo.sstride % step == 0
     vw = step if vec else 1
     nv = geo.S * geo.L // vw
-    cap = (RAW_WORDS // (4 if vw > 1 else 1)) // (2 if bwd else 1)
+    cap = _cap(vw, bwd, reload)
     best = None
     for cl in clusters:
         for local in LOCALS:
@@ -86,7 +95,7 @@ def _rows_plan(geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int) ->
                     per = -(-nv // (team * cl))
                     if per <= cap:
                         blocks = -(-geo.K // (local // team)) * cl
-                        plan = FusedPlan("bn_fused_rows", vw, local, cl, per, team, 0, blocks, geo)
+                        plan = FusedPlan("bn_fused_rows", vw, local, cl, per, team, 0, blocks, geo, reload)
                         key = _score(per, blocks, ROWS_WAVES * sms, cl, local, team)
                         if best is None or key < best[0]:
                             best = (key, plan)
@@ -94,10 +103,12 @@ def _rows_plan(geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int) ->
     return None if best is None else best[1]
 
 
-def _cols_plan(geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int) -> FusedPlan | None:
+def _cols_plan(
+    geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int, reload: bool = False
+) -> FusedPlan | None:
     step = VEC_BYTES // item
     vw = step if geo.K % step == 0 and geo.rstride % step == 0 else 1
-    cap = (RAW_WORDS // (4 if vw > 1 else 1)) // (2 if bwd else 1)
+    cap = _cap(vw, bwd, reload)
     widest = max(vw, 1 << (geo.K - 1).bit_length())
     best = None
     for cl in clusters:
@@ -110,7 +121,7 @@ def _cols_plan(geo: PackedGeometry, item: int, bwd: bool, clusters, sms: int) ->
                 per = -(-geo.rows // ((local // tx) * cl))
                 if per <= cap:
                     blocks = -(-geo.K // (tx * vw)) * cl
-                    plan = FusedPlan("bn_fused_cols", vw, local, cl, per, 0, tx, blocks, geo)
+                    plan = FusedPlan("bn_fused_cols", vw, local, cl, per, 0, tx, blocks, geo, reload)
                     key = _score(per, blocks, sms, -min(tx * vw * item, ROW_BYTES), cl, local)
                     if best is None or key < best[0]:
                         best = (key, plan)
@@ -143,6 +154,8 @@ def fused_plan(ctx, problem, kind: str) -> FusedPlan | str:
     item = problem.tensors()["x"].dtype.itemsize
     make = _rows_plan if geo.kind == "rows" else _cols_plan
     plan = make(geo, item, bwd, clusters, _sms(ctx))
+    if plan is None and bwd:  # x alone in registers, dy read again from L2
+        plan = make(geo, item, bwd, clusters, _sms(ctx), reload=True)
     if plan is None:
         return "a key's data do not fit the registers of a cluster"
     return plan
@@ -160,6 +173,7 @@ def fused_program(problem, plan: FusedPlan) -> Program:
         "BNF_BT": plan.local,
         "BNF_CL": plan.cluster,
         "BNF_FR": plan.per,
+        "BNF_RELOAD": int(plan.reload),
     }
     if plan.kernel == "bn_fused_rows":
         defines["BNF_TEAM"] = plan.team
