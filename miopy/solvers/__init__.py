@@ -49,6 +49,7 @@ from miopy.solvers.reduce import (
     ReduceRowsVec,
     ReduceRowsWarp,
     ReduceRowsWarpBatch,
+    ReduceRowsWarpL2,
 )
 from miopy.solvers.softmax import SoftmaxCols, SoftmaxRows, SoftmaxRowsWarp, SoftmaxStrided
 from miopy.solvers.tensorop import TensorOpPacked, TensorOpPackedVec, TensorOpStrided
@@ -99,6 +100,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "reduce": [
         ReduceRowsWarp(),
         ReduceRowsWarpBatch(),
+        ReduceRowsWarpL2(),
         ReduceRowsVec(),
         ReduceRows(),
         ReduceColumnsVec(),

@@ -156,6 +156,10 @@ def fused_plan(ctx, problem, kind: str) -> FusedPlan | str:
     plan = make(geo, item, bwd, clusters, _sms(ctx))
     if plan is None and bwd:  # x alone in registers, dy read again from L2
         plan = make(geo, item, bwd, clusters, _sms(ctx), reload=True)
+        if plan is not None and plan.blocks > _sms(ctx):
+            # measured on the H200: one wave wins (32x128x28x28 fp16: 26.9 us against the packed
+            # solver's 31.1), two lose (32x512x28x28: 89.8 against 72.8)
+            return "x does not fit the registers of one wave of clusters"
     if plan is None:
         return "a key's data do not fit the registers of a cluster"
     return plan

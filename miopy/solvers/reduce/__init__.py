@@ -10,6 +10,7 @@ from miopy.solvers.reduce.direct import (
     ReduceRowsVec,
     ReduceRowsWarp,
     ReduceRowsWarpBatch,
+    ReduceRowsWarpL2,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "ReduceRowsVec",
     "ReduceRowsWarp",
     "ReduceRowsWarpBatch",
+    "ReduceRowsWarpL2",
 ]
