@@ -55,6 +55,34 @@ def test_vectorised_channels_last(ocl, dtype, direction):
         check_pool(ocl, make_solution(ocl, problem, solver), rng)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cpu_forward_kernels(ocl, dtype):
+    """PoCL's forward kernels: pool_fwd_rows_cpu (NCHW rows, 8 outputs a load for strides 1 and 2,
+    gathered for 3; blocks past the row's end; padding at both edges) and pool_fwd_channels_cpu
+    (NHWC, a partial block of 8 channels), max with the index in the window (u8) and in the image
+    (u32), average with and without the padding."""
+    from miopy.solvers.pool.direct import cpu_fwd_program
+
+    rng = np.random.default_rng(41)
+    for mode, index_mode, index_type in (
+        ("max", "mask", "u8"),
+        ("max", "image", "u32"),
+        ("avg", "mask", "u8"),
+    ):
+        for layout, lens, window, stride, pad in (
+            ("NCHW", (1, 2, 5, 37), (3, 3), (1, 1), (1, 1)),
+            ("NCHW", (1, 2, 6, 21), (3, 2), (2, 2), (1, 1)),
+            ("NCHW", (1, 1, 4, 25), (2, 4), (1, 3), (0, 2)),
+            ("NHWC", (1, 11, 5, 6), (3, 3), (2, 2), (1, 1)),
+        ):
+            kind = "avg_in" if mode == "avg" and stride == (1, 3) else mode  # padding counted
+            desc = PoolingDesc(kind, window, stride, pad, index_mode=index_mode, index_type=index_type)
+            problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "F")
+            program = cpu_fwd_program(ocl, problem)
+            assert program is not None and program.steps[0].spec.name.endswith("_cpu")
+            check_pool(ocl, make_solution(ocl, problem, FWD["direct"]), rng)
+
+
 def test_vec_not_applicable():
     nchw = PoolingProblem.create(PoolingDesc(), TensorDesc("fp16", (1, 16, 8, 8)))
     assert FWD["vec"].is_applicable(None, nchw) == "x is not channels-last"
@@ -187,9 +215,13 @@ def test_compiled_in_shape(ocl, direction, solver, dtype, lens, layout, desc):
         ("B", "vec", "fp16", (1, 8, 9, 7), "NHWC", PoolingDesc("avg", (3, 2), (2, 2), (1, 1))),
     ],
 )
-def test_every_tile(ocl, direction, solver, dtype, lens, layout, desc):
+def test_every_tile(ocl, monkeypatch, direction, solver, dtype, lens, layout, desc):
     """Every forward tile and backward cell of the search space, on odd sizes (partial tiles), shape
-    as run-time arguments (the compiled-in shape: test_static_cells, test_row_vectors)."""
+    as run-time arguments (the compiled-in shape: test_static_cells, test_row_vectors); forward
+    without the CPU kernels that PoCL otherwise gets."""
+    import miopy.solvers.pool.direct as direct
+
+    monkeypatch.setattr(direct, "cpu_kernels", lambda ctx: False)
     rng = np.random.default_rng(21)
     problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction)
     sv = _solvers(direction)[solver]

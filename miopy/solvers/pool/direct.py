@@ -26,7 +26,7 @@ from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexMode, IndexType, PoolingMode, PoolingProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import TunableSolver
-from miopy.solvers.launch import LOCAL, MAX_GROUPS, grid_1d, specialize
+from miopy.solvers.launch import LOCAL, MAX_GROUPS, cpu_grid, cpu_kernels, grid_1d, specialize
 
 VEC_BYTES = 16
 GPU_ITEMS_PER_UNIT = 1024  # below this many vector work items per compute unit, Vec defers
@@ -114,6 +114,37 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work
     return out
 
 
+ROW_BUF = 2112  # POOL_ROW_BUF: floats of pool_fwd_rows_cpu's padded input row
+
+
+def cpu_fwd_program(ctx, p: PoolingProblem) -> Program | None:
+    """Forward pooling on CPU OpenCL devices (pool_fwd_{rows,channels}_cpu, kernels/common/pool.h):
+    x and y channels contiguous, or their rows contiguous with a padded row fitting the kernel's
+    buffer; else None (the tiled kernel)."""
+    if not cpu_kernels(ctx) or p.direction is not Pass.FORWARD or p.dtype.itemsize == 8:
+        return None
+    n, c, d, h, w = p.y.lens5()
+    kw, sw, pw = p.desc.window[-1], p.desc.strides[-1], p.pads[-1]
+    wo8 = -(-w // 8) * 8
+    wi8 = -(-p.x.lens[-1] // 8) * 8
+    if p.x.strides[1] == 1 and p.y.strides[1] == 1:
+        kind, work = "channels", n * d * h * w
+    elif p.x.strides[-1] == 1 and p.y.strides[-1] == 1 and max((wo8 - 1) * sw + kw + 16, pw + wi8) <= ROW_BUF:
+        kind, work = "rows", n * c * d * h
+    else:
+        return None
+    defs = {"MIOPY_DTYPE": p.dtype.code, "POOL_MODE": p.desc.mode.code}
+    if p.uses_index:
+        defs.update(
+            POOL_SAVE_INDEX=1,
+            POOL_INDEX_TYPE=p.desc.index_type.code,
+            POOL_INDEX_IMAGE=int(p.desc.index_mode is IndexMode.IMAGE),
+        )
+    spec = KernelSpec("pool", f"pool_fwd_{kind}_cpu", defs, *cpu_grid(work))
+    buffers = (Tensor("x"), Tensor("y"), Tensor("index" if p.uses_index else "y"))
+    return Program((Launch(spec, (*buffers, *shape_args(p))),))
+
+
 FWD_TILES = ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2))  # (th, tw)
 H2_TILES = ((1, 1), (1, 2), (2, 1))  # tiles also tried in half2 arithmetic where it applies
 MAX_CELL = 4  # strides above this: one position per backward work item
@@ -164,6 +195,8 @@ class _Pool(TunableSolver):
         return not problem.uses_index or (d.index_type is IndexType.UINT8 and d.index_mode is IndexMode.MASK)
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
+        if problem is not None and cpu_fwd_program(ctx, problem) is not None:  # no tiles to tune
+            return [{"th": 1, "tw": 1 if self.vec else 4, "h2": 0}]
         if self.direction is Pass.FORWARD:
             out = [{"th": th, "tw": tw, "h2": 0} for th, tw in FWD_TILES]
             if self._half2(ctx, problem):
@@ -195,6 +228,9 @@ class _Pool(TunableSolver):
         return (tw * sw) % (VEC_BYTES // problem.dtype.itemsize) == 0 and kw - sw >= pw
 
     def get_program(self, ctx, problem: PoolingProblem, config=None) -> Program:
+        program = cpu_fwd_program(ctx, problem)
+        if program is not None:
+            return program
         cfg = config or self.default_config(ctx, problem)
         forward = self.direction is Pass.FORWARD
         space = problem.y if forward else problem.x  # the positions work items own
