@@ -478,6 +478,7 @@ KERNEL void softmax_bwd_rows_cpu(const GLOBAL data_t* RESTRICT y, const GLOBAL d
    kernel (one scalar position a work item, a stride of inner between loads) took 60-160 times
    the time of a copy on PoCL. */
 #define SMAX_COL_BLOCKS 8
+#define SMAX_COL_BUF 4096 /* softmax_fwd_cols_cpu: floats of exps a work item keeps */
 DEVICE_FN i64 smax_col_runs(i64 inner)
 {
     const i64 blocks = inner / 8;
@@ -506,17 +507,31 @@ KERNEL void softmax_fwd_cols_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t*
     for(int c = 0; c < L; ++c)
         for(int b = 0; b < nb; ++b)
             m[b] = fmax(m[b], load_f8(x, base + c * inner + b * 8));
+    /* plain softmax whose exps fit SMAX_COL_BUF: kept from the sum's pass (one exp an element) */
+    const int keep = !log_mode && nb * 8 * L <= SMAX_COL_BUF;
+    float kept[SMAX_COL_BUF];
     for(int c = 0; c < L; ++c)
         for(int b = 0; b < nb; ++b)
-            s[b] += SMAX_EXP8(load_f8(x, base + c * inner + b * 8) - m[b]);
+        {
+            const float8 e = SMAX_EXP8(load_f8(x, base + c * inner + b * 8) - m[b]);
+            s[b] += e;
+            if(keep)
+                vstore8(e, 0, kept + (c * nb + b) * 8);
+        }
     for(int b = 0; b < nb; ++b) /* s: the scale of the exps, or log mode's offset */
         s[b] = log_mode ? m[b] + log(s[b]) : alpha / s[b];
     for(int c = 0; c < L; ++c)
         for(int b = 0; b < nb; ++b)
         {
             const i64 i = base + c * inner + b * 8;
-            const float8 v = load_f8(x, i);
-            float8 q = log_mode ? alpha * (v - s[b]) : SMAX_EXP8(v - m[b]) * s[b];
+            float8 q;
+            if(keep)
+                q = vload8(0, kept + (c * nb + b) * 8) * s[b];
+            else
+            {
+                const float8 v = load_f8(x, i);
+                q = log_mode ? alpha * (v - s[b]) : SMAX_EXP8(v - m[b]) * s[b];
+            }
             if(read_y)
                 q += beta * load_f8(y, i);
             store_f8(y, i, q);
