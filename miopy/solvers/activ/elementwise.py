@@ -127,8 +127,6 @@ class _Packed(_Activ, TunableSolver):
         return {"local": 256, "unroll": 1, "stream": 1 if streaming else 0}
 
     def search_space(self, ctx, problem) -> Iterable[dict[str, Any]]:
-        if _cpu(ctx, problem):  # activ_*_cpu take no config: nothing to tune
-            return [self.default_config(ctx, problem)]
         # OpenCL has no cache hints here; on CUDA, settings 2 and 3 never won a ResNet-50 ReLU on
         # the H200 (benchmarks/activ_probe.py --configs): valid configs, not searched
         streams = TUNED_STREAMS if specialize(ctx) else (0,)
