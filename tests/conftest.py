@@ -42,3 +42,19 @@ def isolated(tmp_path, monkeypatch):
         (tmp_path / sub).mkdir(mode=0o700)
         monkeypatch.setenv(name, str(tmp_path / sub))
     return tmp_path
+
+
+# Long single tests (fresh processes that build and run kernel packages, tuning runs, the import
+# of every module alone, eight processes on one DB) run first: pytest-xdist hands out the rest in
+# collection order, and these used to come last, where one of them could keep a worker busy for
+# minutes while the other had nothing left to do.
+RUN_FIRST = (
+    "tests/tool/",
+    "tests/unit/test_imports.py",
+    "tests/engine/test_concurrency.py",
+    "tests/docs/test_wheel.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(RUN_FIRST))
