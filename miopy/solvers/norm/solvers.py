@@ -6,6 +6,7 @@ from __future__ import annotations
 from miopy.solution import Program
 from miopy.solvers.base import Solver
 from miopy.solvers.norm.bn_fused import BnBwdFused, BnFwdInferenceFlat, BnFwdTrainingFused
+from miopy.solvers.norm.bn_grid import BnBwdGrid, BnFwdTrainingGrid
 from miopy.solvers.norm.bn_program import bn_packed_program
 from miopy.solvers.norm.gn_nhwc import GroupNormFwdNhwc
 from miopy.solvers.norm.gn_nhwc_bwd import GroupNormBwdNhwc
@@ -46,12 +47,14 @@ def _make(primitive: str, name: str, ident: int, kind: str, packed: bool) -> _No
 
 BNORM_SOLVERS = [
     BnFwdTrainingFused(),
+    BnFwdTrainingGrid(),
     _make("bnorm", "BnFwdTrainingPacked", 400, "bn_train", True),
     _make("bnorm", "BnFwdTrainingStrided", 401, "bn_train", False),
     BnFwdInferenceFlat(),
     _make("bnorm", "BnFwdInferencePacked", 402, "bn_infer", True),
     _make("bnorm", "BnFwdInferenceStrided", 403, "bn_infer", False),
     BnBwdFused(),
+    BnBwdGrid(),
     _make("bnorm", "BnBwdPacked", 404, "bn_bwd", True),
     _make("bnorm", "BnBwdStrided", 405, "bn_bwd", False),
 ]

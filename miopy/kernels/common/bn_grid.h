@@ -1,0 +1,367 @@
+/* Batch norm training forward and backward over a channels-last (NHWC-packed) x as ONE persistent
+   grid (CUDA): the whole GPU reads x (and dy) once, the per-channel sums meet through a grid-wide
+   barrier, and the outputs are written from what each work-group kept on chip. For the large
+   ResNet shapes whose channels do not fit the registers of a cluster (bn_fused.h), where the
+   three launches of bnorm.h read x twice from DRAM with part of the GPU idle.
+
+   The grid is `tiles x R` work-groups, every one resident at once (the host sizes it to the
+   occupancy that __launch_bounds__ guarantees; bn_grid_reset, launched first, zeroes the barrier
+   counter in the workspace). Work-group (tile, r) takes channels [tile * CT, +CT) of the rows
+   [r * rps, +rps) in steps of TY rows; work item (tx, ty) holds NORM_VW channels of one row a step.
+
+   Phase 1 reads the steps in order: the first ones only into the sums (they are read again in
+   phase 2, newest first, from L2 where they still are), the next `hs` into dynamic shared memory
+   and the last BNG_HOLD into registers. Sums are shifted by the channel's first element K as
+   bn_fused.h's (s1 = sum(x - K), s2 = sum((x - K)^2); backward also g1 = sum(dy),
+   g2 = sum(dy (x - K))), so a large mean does not cancel. A work-group's sums go to the
+   workspace as part[s][channel][r]; after the first barrier a warp per channel adds them in a
+   fixed order (deterministic) and writes the channel's coefficients and statistics (bn_fused.h's
+   bnf_coefs); after the second every work-group reads its channels' coefficients and writes y
+   (dx): registers first, then shared memory, then the streamed steps newest first. Outputs are
+   stored evict-first (VEC_ST_HINT) and the held steps loaded evict-first so that L2 keeps the
+   steps read again.
+
+   Workspace (floats): part[NS][K][R], coef[3][K], then two u32 counters. */
+#ifndef MIOPY_BN_GRID_H
+#define MIOPY_BN_GRID_H
+#define BNF_ONLY 0 /* bn_fused.h's helpers only */
+#include "common/bn_fused.h"
+
+#ifndef BNG_BT
+#define BNG_BT 512 /* work items per work-group */
+#endif
+#ifndef BNG_MINB
+#define BNG_MINB 2 /* work-groups per SM that the registers must allow */
+#endif
+#ifndef BNG_TX
+#define BNG_TX 8 /* work items across a tile's channels (a power of two) */
+#endif
+#ifndef BNG_HOLD
+#define BNG_HOLD 2 /* steps held in registers */
+#endif
+#ifndef BNG_U
+#define BNG_U 2 /* streamed steps in flight per work item */
+#endif
+#define BNG_TY (BNG_BT / BNG_TX)
+#define BNG_CT (BNG_TX * NORM_VW)
+#define BNG_NS (BN_BWD ? 4 : 2)
+#define BNG_RROWS (BNG_TX < 32 ? BNG_BT / 32 : BNG_TY) /* rows of the work-group's reduction table */
+
+KERNEL void bn_grid_reset(u32* RESTRICT counter)
+{
+    if(threadIdx.x < 2)
+        counter[threadIdx.x] = 0u;
+}
+
+DEVICE_FN u32 bng_ld_acquire(const u32* p)
+{
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+DEVICE_FN unsigned long long bng_now_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+    return t;
+}
+
+#ifndef BNG_WAIT_NS
+#define BNG_WAIT_NS 2000000000ull /* a barrier not met in this long traps (never hangs) */
+#endif
+
+/* every work-group of the grid arrives before any leaves (all are resident: see the file's text);
+   a grid that cannot be resident (the GPU shared with other work) ends in a launch error */
+DEVICE_FN void bng_grid_sync(u32* counter, u32 target)
+{
+    __syncthreads();
+    if(threadIdx.x == 0)
+    {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        const unsigned long long t0 = bng_now_ns();
+        while(bng_ld_acquire(counter) < target)
+        {
+            __nanosleep(32);
+            if(bng_now_ns() - t0 > BNG_WAIT_NS)
+                __trap();
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* a held vector loaded evict-first (it is not read from memory again) */
+DEVICE_FN bnf_v bng_ld_once(const data_t* p, i64 off, int va)
+{
+#if NORM_VW > 1
+    if(va)
+        return __ldcs((const uint4*)(p + off));
+#endif
+    return bnf_ld(p, off, va);
+}
+
+DEVICE_FN void bng_acc(float (*acc)[NORM_VW], bnf_v xr, bnf_v gr, const float* shift)
+{
+    float v[NORM_VW];
+    bnf_unpack(xr, v);
+#if BN_BWD
+    float g[NORM_VW];
+    bnf_unpack(gr, g);
+#else
+    (void)gr;
+#endif
+    UNROLL
+    for(int e = 0; e < NORM_VW; ++e)
+    {
+        const float dd = v[e] - shift[e];
+        acc[0][e] += dd;
+        acc[1][e] += dd * dd;
+#if BN_BWD
+        acc[2][e] += g[e];
+        acc[3][e] += g[e] * dd;
+#endif
+    }
+}
+
+DEVICE_FN void bng_out(data_t* out, i64 o, bnf_v xr, bnf_v gr, const float* shift, const float* ca,
+                       const float* cb, const float* cd, int va)
+{
+    float v[NORM_VW];
+    bnf_unpack(xr, v);
+#if BN_BWD
+    float g[NORM_VW];
+    bnf_unpack(gr, g);
+    UNROLL
+    for(int e = 0; e < NORM_VW; ++e)
+        v[e] = g[e] * ca[e] + ((v[e] - shift[e]) * cb[e] + cd[e]);
+#else
+    (void)gr, (void)cb;
+    UNROLL
+    for(int e = 0; e < NORM_VW; ++e)
+        v[e] = (v[e] - shift[e]) * ca[e] + cd[e];
+#endif
+    bnf_st(out, o, v, va);
+}
+
+KERNEL void __launch_bounds__(BNG_BT, BNG_MINB)
+    bn_grid_cols(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT out,
+                 const param_t* RESTRICT scale, const param_t* RESTRICT bias, param_t* s_a, param_t* s_b,
+                 param_t* s_c, param_t* s_d, float* ws, int K, int rows, int R, int rps, int hs, int flags,
+                 float eps, float factor)
+{
+    extern __shared__ bnf_v held[]; /* [hs][BNG_BT] of x, then of dy backward */
+    __shared__ float red[BNG_RROWS * BNG_CT];
+    const int tid = (int)threadIdx.x;
+    const int tx = tid % BNG_TX, ty = tid / BNG_TX;
+    const int tile = (int)blockIdx.x / R, r = (int)blockIdx.x % R;
+    const int G = (int)gridDim.x;
+    const int c0 = tile * BNG_CT;
+    const int col = c0 + tx * NORM_VW;
+    const int live = col < K; /* K is a multiple of NORM_VW */
+    const int row0 = r * rps;
+    const int nrows = max(0, min(rows - row0, rps));
+    const int nsteps = (nrows + BNG_TY - 1) / BNG_TY;
+    const int nreg = min(BNG_HOLD, nsteps);
+    const int nsm = min(hs, nsteps - nreg);
+    const int nst = nsteps - nreg - nsm; /* streamed steps */
+    float* part = ws;
+    float* coef = ws + (i64)BNG_NS * K * R;
+    u32* counter = (u32*)(coef + 3 * K);
+#if BN_BWD
+    const int va = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(dy) && ALIGNED16(out);
+#else
+    const int va = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(out);
+    (void)dy;
+#endif
+    float shift[NORM_VW];
+    UNROLL
+    for(int e = 0; e < NORM_VW; ++e)
+        shift[e] = live ? LOAD(x, col + e) : 0.0f;
+    float acc[BNG_NS][NORM_VW];
+    UNROLL
+    for(int s = 0; s < BNG_NS; ++s)
+        UNROLL
+        for(int e = 0; e < NORM_VW; ++e)
+            acc[s][e] = 0.0f;
+
+    /* ---- phase 1: the streamed steps, BNG_U in flight ---- */
+    for(int j0 = 0; j0 < nst; j0 += BNG_U)
+    {
+        bnf_v xr[BNG_U], gr[BNG_U];
+        UNROLL
+        for(int u = 0; u < BNG_U; ++u)
+        {
+            const int row = row0 + (j0 + u) * BNG_TY + ty;
+            xr[u] = BNF_ZERO;
+            gr[u] = BNF_ZERO;
+            if(live && j0 + u < nst && row < rows)
+            {
+                const i64 o = (i64)row * K + col;
+                xr[u] = bnf_ld(x, o, va);
+#if BN_BWD
+                gr[u] = bnf_ld(dy, o, va);
+#endif
+            }
+        }
+        UNROLL
+        for(int u = 0; u < BNG_U; ++u)
+            bng_acc(acc, xr[u], gr[u], shift);
+    }
+    /* the shared-memory steps */
+    for(int j = 0; j < nsm; ++j)
+    {
+        const int row = row0 + (nst + j) * BNG_TY + ty;
+        bnf_v xr = BNF_ZERO, gr = BNF_ZERO;
+        if(live && row < rows)
+        {
+            const i64 o = (i64)row * K + col;
+            xr = bng_ld_once(x, o, va);
+#if BN_BWD
+            gr = bng_ld_once(dy, o, va);
+#endif
+        }
+        held[j * BNG_BT + tid] = xr;
+#if BN_BWD
+        held[(hs + j) * BNG_BT + tid] = gr;
+#endif
+        bng_acc(acc, xr, gr, shift);
+    }
+    /* the register steps */
+    bnf_v xh[BNG_HOLD], gh[BNG_HOLD];
+    UNROLL
+    for(int h = 0; h < BNG_HOLD; ++h)
+    {
+        const int row = row0 + (nst + nsm + h) * BNG_TY + ty;
+        xh[h] = BNF_ZERO;
+        gh[h] = BNF_ZERO;
+        if(live && h < nreg && row < rows)
+        {
+            const i64 o = (i64)row * K + col;
+            xh[h] = bng_ld_once(x, o, va);
+#if BN_BWD
+            gh[h] = bng_ld_once(dy, o, va);
+#endif
+        }
+    }
+    UNROLL
+    for(int h = 0; h < BNG_HOLD; ++h)
+        bng_acc(acc, xh[h], gh[h], shift);
+
+    /* ---- the work-group's sums -> part[s][channel][r] ---- */
+    UNROLL
+    for(int s = 0; s < BNG_NS; ++s)
+    {
+#if BNG_TX < 32
+        UNROLL
+        for(int e = 0; e < NORM_VW; ++e)
+            acc[s][e] = bnf_warp_sum(acc[s][e], BNG_TX);
+        if((tid & 31) < BNG_TX)
+            UNROLL
+            for(int e = 0; e < NORM_VW; ++e)
+                red[(tid >> 5) * BNG_CT + tx * NORM_VW + e] = acc[s][e];
+#else
+        UNROLL
+        for(int e = 0; e < NORM_VW; ++e)
+            red[ty * BNG_CT + tx * NORM_VW + e] = acc[s][e];
+#endif
+        __syncthreads();
+        for(int c = tid; c < BNG_CT; c += BNG_BT)
+        {
+            float t = 0.0f;
+            for(int q = 0; q < BNG_RROWS; ++q)
+                t += red[q * BNG_CT + c];
+            if(c0 + c < K)
+                part[((i64)s * K + c0 + c) * R + r] = t;
+        }
+        __syncthreads();
+    }
+    bng_grid_sync(counter, (u32)G);
+
+    /* ---- a warp per channel: the R partial sums in a fixed order, the coefficients ---- */
+    {
+        const int lane = tid & 31;
+        const int warps = G * (BNG_BT / 32);
+        for(int c = (int)blockIdx.x * (BNG_BT / 32) + (tid >> 5); c < K; c += warps)
+        {
+            float t[BNG_NS];
+            UNROLL
+            for(int s = 0; s < BNG_NS; ++s)
+            {
+                float v = 0.0f;
+                for(int q = lane; q < R; q += 32)
+                    v += __ldcg(part + ((i64)s * K + c) * R + q);
+                t[s] = bnf_warp_sum(v, 1);
+            }
+            if(lane == 0)
+            {
+                float a, b, d;
+                bnf_coefs(t, (float)rows, LOAD(x, c), c, 1, scale, bias, s_a, s_b, s_c, s_d, flags, eps, factor,
+                          &a, &b, &d);
+                coef[c] = a;
+                coef[K + c] = b;
+                coef[2 * K + c] = d;
+            }
+        }
+    }
+    bng_grid_sync(counter, (u32)(2 * G));
+
+    /* ---- phase 2: the outputs, from registers, shared memory, then L2 / DRAM newest first ---- */
+    float ca[NORM_VW], cb[NORM_VW], cd[NORM_VW];
+    UNROLL
+    for(int e = 0; e < NORM_VW; ++e)
+    {
+        ca[e] = live ? __ldcg(coef + col + e) : 0.0f;
+        cb[e] = live ? __ldcg(coef + K + col + e) : 0.0f;
+        cd[e] = live ? __ldcg(coef + 2 * K + col + e) : 0.0f;
+    }
+    UNROLL
+    for(int h = 0; h < BNG_HOLD; ++h)
+    {
+        const int row = row0 + (nst + nsm + h) * BNG_TY + ty;
+        if(live && h < nreg && row < rows)
+            bng_out(out, (i64)row * K + col, xh[h], gh[h], shift, ca, cb, cd, va);
+    }
+    for(int j = nsm - 1; j >= 0; --j)
+    {
+        const int row = row0 + (nst + j) * BNG_TY + ty;
+        if(live && row < rows)
+        {
+#if BN_BWD
+            const bnf_v gr = held[(hs + j) * BNG_BT + tid];
+#else
+            const bnf_v gr = BNF_ZERO;
+#endif
+            bng_out(out, (i64)row * K + col, held[j * BNG_BT + tid], gr, shift, ca, cb, cd, va);
+        }
+    }
+    for(int j0 = nst - 1; j0 >= 0; j0 -= BNG_U)
+    {
+        bnf_v xr[BNG_U], gr[BNG_U];
+        UNROLL
+        for(int u = 0; u < BNG_U; ++u)
+        {
+            const int row = row0 + (j0 - u) * BNG_TY + ty;
+            xr[u] = BNF_ZERO;
+            gr[u] = BNF_ZERO;
+            if(live && j0 - u >= 0 && row < rows)
+            {
+                const i64 o = (i64)row * K + col;
+                xr[u] = bng_ld_once(x, o, va);
+#if BN_BWD
+                gr[u] = bng_ld_once(dy, o, va);
+#endif
+            }
+        }
+        UNROLL
+        for(int u = 0; u < BNG_U; ++u)
+        {
+            const int row = row0 + (j0 - u) * BNG_TY + ty;
+            if(live && j0 - u >= 0 && row < rows)
+                bng_out(out, (i64)row * K + col, xr[u], gr[u], shift, ca, cb, cd, va);
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,183 @@
+"""Batch norm training forward and backward over a channels-last x as one persistent grid
+(kernels/common/bn_grid.h, CUDA): x (and dy) read once by the whole GPU, the sums met through a
+grid-wide barrier, the outputs written from registers, shared memory and L2. For the large ResNet
+shapes (32x64x112x112, 32x256x56x56 ...) whose channels are too long for a cluster's registers
+(bn_fused.py) and where the packed solvers' three launches read x twice from DRAM.
+
+Every work-group must be resident at once: the grid is the SMs times the work-groups per SM that
+``__launch_bounds__`` guarantees (BNG_MINB), each work-group's shared memory within its share of
+the SM's. A small first launch zeroes the barrier's counter in the workspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
+from miopy.solvers.base import Solver
+from miopy.solvers.norm.bn_fused import _arch, _sms
+from miopy.solvers.norm.program import F_DY, VEC_BYTES
+from miopy.solvers.norm.view import PackedGeometry, packed_geometry
+
+MIN_ARCH = 70  # ld.acquire and __nanosleep
+MOST_CHANNELS = 512  # channels a work-group takes (its reduction table in static shared memory)
+# (work items, work-groups per SM, steps in registers, streamed steps in flight, steps held in
+# shared memory at most) per pass
+SHAPE = {"bn_train": (512, 2, 2, 4, 64), "bn_bwd": (512, 1, 2, 4, 64)}
+SM_RESERVED = 1024  # shared memory the hardware keeps per work-group
+MOST_INDEX = 2**31
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    vw: int  # elements a held vector (16 bytes, or 1)
+    local: int  # work items a work-group
+    minb: int  # work-groups per SM (all resident)
+    tx: int  # work items across a tile's channels
+    hold: int  # steps held in registers
+    unroll: int  # streamed steps in flight
+    tiles: int  # channel tiles
+    slices: int  # row slices (R)
+    rps: int  # rows a slice (a multiple of local // tx)
+    hs: int  # steps held in shared memory
+    shared: int  # dynamic shared memory bytes a work-group
+    geo: PackedGeometry
+
+    @property
+    def blocks(self) -> int:
+        return self.tiles * self.slices
+
+
+def _reduction_table(local: int, tx: int, vw: int) -> int:
+    rows = local // 32 if tx < 32 else local // tx
+    return rows * tx * vw * 4
+
+
+def grid_plan(ctx, problem, kind: str, shape: tuple[int, ...] | None = None) -> GridPlan | str:
+    """The persistent-grid batch norm's plan for ``problem`` (``shape`` as SHAPE's, by default
+    SHAPE[kind]), or why it does not apply."""
+    if getattr(ctx, "backend_name", None) != "cuda":
+        return "backend is not CUDA"
+    if _arch(ctx) < MIN_ARCH:
+        return f"needs sm_{MIN_ARCH} or later"
+    if getattr(problem, "primitive", None) != "bnorm":
+        return "not a batch norm"
+    if problem.norm_kind != kind:
+        return f"pass is {problem.norm_kind}"
+    if problem.mode.name != "SPATIAL":
+        return "per-activation mode"
+    p = problem.param
+    if p.lens[1] > 1 and p.strides[1] != 1:
+        return "scale and statistics are not contiguous"
+    bwd = kind == "bn_bwd"
+    geo = packed_geometry(problem.norm_dims(), ("x", "dy", "dx") if bwd else ("x", "y"))
+    if isinstance(geo, str):
+        return geo
+    if geo.kind != "cols" or geo.rstride != geo.K:
+        return "x is not channels-last packed"
+    if geo.rows * geo.K >= MOST_INDEX:
+        return "tensor too large for 32-bit row indices"
+    item = problem.tensors()["x"].dtype.itemsize
+    step = VEC_BYTES // item
+    vw = step if geo.K % step == 0 else 1
+    local, minb, hold, unroll, most_hs = shape or SHAPE[kind]
+    kv = geo.K // vw
+    tx = min(1 << (kv - 1).bit_length(), MOST_CHANNELS // vw, local)
+    ty = local // tx
+    tiles = -(-kv // tx)
+    resident = _sms(ctx) * minb
+    if tiles > resident:
+        return "more channel tiles than resident work-groups"
+    slices = max(1, min(resident // tiles, -(-geo.rows // ty)))
+    rps = -(-geo.rows // slices)
+    rps = -(-rps // ty) * ty
+    slices = -(-geo.rows // rps)
+    per_sm = int(getattr(ctx.info, "max_dynamic_shared", 0) or 0) + SM_RESERVED
+    room = per_sm // minb - SM_RESERVED - _reduction_table(local, tx, vw)
+    step_bytes = local * (VEC_BYTES if vw > 1 else 4) * (2 if bwd else 1)
+    hs = max(0, min(room // step_bytes, rps // ty - hold, most_hs))
+    return GridPlan(vw, local, minb, tx, hold, unroll, tiles, slices, rps, hs, hs * step_bytes, geo)
+
+
+def grid_workspace(problem, plan: GridPlan) -> tuple[int, int]:
+    """(bytes, offset in 32-bit words of the barrier counter)."""
+    ns = 4 if problem.norm_kind == "bn_bwd" else 2
+    words = ns * plan.geo.K * plan.slices + 3 * plan.geo.K
+    return (words + 2) * 4, words
+
+
+def grid_program(problem, plan: GridPlan) -> Program:
+    bwd = problem.norm_kind == "bn_bwd"
+    geo = plan.geo
+    nbytes, counter = grid_workspace(problem, plan)
+    defines = {
+        "MIOPY_DTYPE": problem.tensors()["x"].dtype.code,
+        "NORM_PTYPE": problem.param_dtype.code,
+        "NORM_VW": plan.vw,
+        "BN_BWD": int(bwd),
+        "BNG_BT": plan.local,
+        "BNG_MINB": plan.minb,
+        "BNG_TX": plan.tx,
+        "BNG_HOLD": plan.hold,
+        "BNG_U": plan.unroll,
+        "VEC_ST_HINT": 1,
+    }
+    reset = KernelSpec("bn_grid", "bn_grid_reset", defines, (32,), (32,))
+    spec = KernelSpec("bn_grid", "bn_grid_cols", defines, (plan.blocks * plan.local,), (plan.local,))
+    roles = problem.finalize_roles()
+
+    def t(role: str) -> Tensor:
+        name = roles.get(role)
+        return Tensor(name) if name else Tensor("x")  # unused: the flags keep the kernel off it
+
+    args = (Tensor("x"), Tensor("dy") if bwd else Tensor("x"), Tensor("dx" if bwd else "y"))
+    args += tuple(t(r) for r in ("scale", "bias", "s_a", "s_b", "s_c", "s_d"))
+    args += (Workspace(),)
+    shape = (geo.K, geo.rows, plan.slices, plan.rps, plan.hs)
+    flags = problem.norm_flags | (F_DY if bwd else 0)
+    args += (*(np.int32(v) for v in shape), np.int32(flags), Scalar("epsilon", "float32", problem.epsilon))
+    args += (Scalar("exp_avg_factor", "float32", getattr(problem, "exp_avg_factor", 1.0)),)
+    steps = (
+        Launch(reset, (Workspace(), np.int32(counter))),
+        Launch(spec, args, shared_mem=plan.shared),
+    )
+    return Program(steps, nbytes)
+
+
+class BnFwdTrainingGrid(Solver):
+    """Batch norm training forward over a channels-last x as one persistent grid (see the module)."""
+
+    primitive = "bnorm"
+    name = "BnFwdTrainingGrid"
+    id = 416
+    algorithm = "direct"
+    dynamic = False
+    kind = "bn_train"
+    shape: tuple[int, ...] | None = None  # SHAPE[kind] unless set (benchmark variants)
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        plan = grid_plan(ctx, problem, self.kind, self.shape)
+        return plan if isinstance(plan, str) else None
+
+    def workspace_size(self, ctx, problem) -> int:
+        plan = grid_plan(ctx, problem, self.kind, self.shape)
+        assert not isinstance(plan, str), plan
+        return grid_workspace(problem, plan)[0]
+
+    def get_program(self, ctx, problem, config=None) -> Program:
+        plan = grid_plan(ctx, problem, self.kind, self.shape)
+        assert not isinstance(plan, str), plan
+        return grid_program(problem, plan)
+
+
+class BnBwdGrid(BnFwdTrainingGrid):
+    """Batch norm backward over a channels-last x as one persistent grid: x and dy read once."""
+
+    name = "BnBwdGrid"
+    id = 417
+    kind = "bn_bwd"
+
+
+__all__ = ["BnBwdGrid", "BnFwdTrainingGrid", "GridPlan", "grid_plan"]

@@ -1,0 +1,145 @@
+"""BnFwdTrainingGrid / BnBwdGrid (solvers/norm/bn_grid.py): the plan on a fake H200 (every row in
+exactly one step of one work-group, the grid resident at once, shared memory within the SM's),
+and on a CUDA GPU against the NumPy reference: random channels-last shapes with odd sizes, fp16
+data with fp32 statistics, backward with and without saved statistics, a large mean, tensors not
+16 bytes aligned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import support
+
+from miopy import backends
+from miopy.problem.bnorm import BatchNormProblem
+from miopy.solvers.norm.bn_grid import BnBwdGrid, BnFwdTrainingGrid, grid_plan, grid_workspace
+from miopy.tensor import TensorDesc
+
+KINDS = {"T": "bn_train", "B": "bn_bwd"}
+
+
+def _problem(lens, dtype="fp16", direction="T", layout="NHWC", save=True, pdtype="fp32"):
+    return BatchNormProblem(
+        "SPATIAL",
+        direction,
+        TensorDesc(dtype, lens, layout=layout),
+        param_dtype=pdtype,
+        save=save,
+        running=save and direction == "T",
+        exp_avg_factor=0.3,
+    )
+
+
+@pytest.mark.parametrize("lens", [(32, 64, 112, 112), (32, 2048, 7, 7), (3, 40, 5, 7), (2, 3, 5, 5)])
+@pytest.mark.parametrize("direction", ["T", "B"])
+def test_plan_covers_every_row_once(lens, direction):
+    ctx = support.fake_cuda_ctx()
+    p = _problem(lens, direction=direction)
+    plan = grid_plan(ctx, p, KINDS[direction])
+    assert not isinstance(plan, str), plan
+    ty = plan.local // plan.tx
+    rows = plan.geo.rows
+    assert plan.rps % ty == 0 and plan.tiles * plan.tx * plan.vw >= plan.geo.K
+    assert plan.blocks <= 132 * plan.minb  # all resident
+    table = (plan.local // 32 if plan.tx < 32 else ty) * plan.tx * plan.vw * 4  # static shared memory
+    assert plan.shared + 1024 + table <= (232448 + 1024) // plan.minb
+    covered = np.zeros(rows, np.int64)
+    for r in range(plan.slices):
+        row0 = r * plan.rps
+        steps = -(-max(0, min(rows - row0, plan.rps)) // ty)
+        held = min(plan.hold, steps) + min(plan.hs, steps - min(plan.hold, steps))
+        assert 0 <= held <= steps
+        for j in range(steps):
+            rr = row0 + j * ty + np.arange(ty)
+            np.add.at(covered, rr[rr < rows], 1)
+    assert np.all(covered == 1)
+    nbytes, counter = grid_workspace(p, plan)
+    assert nbytes == (counter + 2) * 4
+
+
+def test_not_applicable():
+    ctx = support.fake_cuda_ctx()
+    assert "channels-last" in grid_plan(ctx, _problem((4, 8, 5, 5), layout="NCHW"), "bn_train")
+    assert "CUDA" in grid_plan(support.fake_cuda_ctx(backend="opencl"), _problem((4, 8, 5, 5)), "bn_train")
+    assert "pass" in grid_plan(ctx, _problem((4, 8, 5, 5), direction="B"), "bn_train")
+    assert BnFwdTrainingGrid().is_applicable(ctx, _problem((4, 8, 5, 5), direction="B")) is not None
+    assert BnBwdGrid().is_applicable(ctx, _problem((4, 8, 5, 5), direction="B")) is None
+
+
+# ---- on the GPU ------------------------------------------------------------------------------
+_WHY = backends.unavailable_reason("cuda")
+gpu = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
+TOL = {"FP32": 2e-6, "FP16": 8.2e-3, "BF16": 6.6e-2}
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from miopy.handle import Handle
+
+    return Handle("cuda")
+
+
+def _run(handle, problem, solver, rng, offset=0.0, misalign=False, tol=None):
+    from test_norms_cuda import MEAN_ROLES, _mean_err
+
+    from miopy.engine.candidates import make_solution
+    from miopy.reference import bnorm as ref
+    from miopy.reference.common import rms_range, view
+    from miopy.tensor import from_storage
+
+    assert solver.is_applicable(handle, problem) is None, solver.is_applicable(handle, problem)
+    bufs = ref.random_buffers(problem, rng, offset)
+    want = ref.reference(problem, bufs)
+    sol = make_solution(handle, problem, solver)
+    if misalign:
+        import cupy as cp
+
+        dev = {}
+        for role, host in bufs.items():
+            raw = cp.zeros(host.size + 1, dtype=host.dtype)
+            raw[1:] = cp.asarray(host)
+            dev[role] = raw[1:]
+        sol.run(handle, dev)
+        bufs = {r: cp.asnumpy(a) for r, a in dev.items()}
+    else:
+        sol.run(handle, bufs)
+    t = problem.tensors()
+    for role, w in want.items():
+        got = from_storage(view(bufs[role], t[role]), t[role].dtype)
+        limit = tol or TOL[t[role].dtype.value]
+        err = _mean_err(got, w, bufs, t) if role in MEAN_ROLES else rms_range(got, w)
+        assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
+
+
+@pytest.mark.parametrize("direction", ["T", "B"])
+def test_random_shapes(cuda, direction):
+    rng = np.random.default_rng(23)
+    solver = BnFwdTrainingGrid() if direction == "T" else BnBwdGrid()
+    cases = [
+        ((32, 64, 56, 56), "fp16"),
+        ((7, 24, 13, 11), "fp16"),
+        ((5, 3, 9, 7), "fp32"),
+        ((3, 40, 5, 7), "bf16"),
+    ]
+    for _ in range(2):
+        n, h, w = (int(v) for v in rng.integers(1, 20, 3))
+        c = int(rng.choice([8, 16, 72, 136, 520, 1032]))
+        cases.append(((n, c, h, w), str(rng.choice(["fp16", "fp32"]))))
+    for lens, dtype in cases:
+        for save in (True, False):
+            _run(cuda, _problem(lens, dtype, direction, save=save), solver, rng)
+
+
+@pytest.mark.parametrize("direction", ["T", "B"])
+def test_large_mean_and_misaligned(cuda, direction):
+    rng = np.random.default_rng(4)
+    solver = BnFwdTrainingGrid() if direction == "T" else BnBwdGrid()
+    _run(cuda, _problem((16, 32, 14, 14), "fp32", direction), solver, rng, offset=1000.0, tol=1e-5)
+    _run(cuda, _problem((8, 64, 28, 28), "fp16", direction), solver, rng, offset=300.0)
+    _run(cuda, _problem((4, 32, 8, 8), "fp16", direction, save=False), solver, rng, misalign=True)
+    _run(cuda, _problem((4, 16, 8, 8), "fp16", direction, pdtype="fp16"), solver, rng)
+
+
+for _f in (test_random_shapes, test_large_mean_and_misaligned):
+    for _m in gpu:
+        _m(_f)
