@@ -47,10 +47,11 @@
 #define BNG_NS (BN_BWD ? 4 : 2)
 #define BNG_RROWS (BNG_TX < 32 ? BNG_BT / 32 : BNG_TY) /* rows of the work-group's reduction table */
 
-KERNEL void bn_grid_reset(u32* RESTRICT counter)
+/* zeroes the two counters at word `at` of the workspace */
+KERNEL void bn_grid_reset(u32* RESTRICT ws, int at)
 {
     if(threadIdx.x < 2)
-        counter[threadIdx.x] = 0u;
+        ws[at + (int)threadIdx.x] = 0u;
 }
 
 DEVICE_FN u32 bng_ld_acquire(const u32* p)
