@@ -9,9 +9,9 @@
    counter in the workspace). Work-group (tile, r) takes channels [tile * CT, +CT) of the rows
    [r * rps, +rps) in steps of TY rows; work item (tx, ty) holds NORM_VW channels of one row a step.
 
-   Phase 1 reads the steps in order: the first ones only into the sums (they are read again in
-   phase 2, newest first, from L2 where they still are), the next `hs` into dynamic shared memory
-   and the last BNG_HOLD into registers. Sums are shifted by the channel's first element K as
+   Phase 1 reads the steps, BNG_U in flight a work item: the last BNG_HOLD into registers (loaded
+   first), the first ones only into the sums (they are read again in phase 2, newest first, from
+   L2 where they still are) and the `hs` after them into dynamic shared memory. Sums are shifted by the channel's first element K as
    bn_fused.h's (s1 = sum(x - K), s2 = sum((x - K)^2); backward also g1 = sum(dy),
    g2 = sum(dy (x - K))), so a large mean does not cancel. A work-group's sums go to the
    workspace as part[s][channel][r]; after the first barrier a warp per channel adds them in a
@@ -37,7 +37,7 @@
 #define BNG_TX 8 /* work items across a tile's channels (a power of two) */
 #endif
 #ifndef BNG_HOLD
-#define BNG_HOLD 2 /* steps held in registers */
+#define BNG_HOLD 1 /* steps held in registers (at least 1) */
 #endif
 #ifndef BNG_U
 #define BNG_U 2 /* streamed steps in flight per work item */
@@ -103,8 +103,12 @@ DEVICE_FN bnf_v bng_ld_once(const data_t* p, i64 off, int va)
     return bnf_ld(p, off, va);
 }
 
-DEVICE_FN void bng_acc(float (*acc)[NORM_VW], bnf_v xr, bnf_v gr, const float* shift)
+/* adds a loaded vector to the sums (a step past the rows, or channels past K, adds nothing: its
+   zeros minus the shift would) */
+DEVICE_FN void bng_acc(float (*acc)[NORM_VW], bnf_v xr, bnf_v gr, const float* shift, bool ok)
 {
+    if(!ok)
+        return;
     float v[NORM_VW];
     bnf_unpack(xr, v);
 #if BN_BWD
@@ -187,49 +191,7 @@ KERNEL void __launch_bounds__(BNG_BT, BNG_MINB)
         for(int e = 0; e < NORM_VW; ++e)
             acc[s][e] = 0.0f;
 
-    /* ---- phase 1: the streamed steps, BNG_U in flight ---- */
-    for(int j0 = 0; j0 < nst; j0 += BNG_U)
-    {
-        bnf_v xr[BNG_U], gr[BNG_U];
-        UNROLL
-        for(int u = 0; u < BNG_U; ++u)
-        {
-            const int row = row0 + (j0 + u) * BNG_TY + ty;
-            xr[u] = BNF_ZERO;
-            gr[u] = BNF_ZERO;
-            if(live && j0 + u < nst && row < rows)
-            {
-                const i64 o = (i64)row * K + col;
-                xr[u] = bnf_ld(x, o, va);
-#if BN_BWD
-                gr[u] = bnf_ld(dy, o, va);
-#endif
-            }
-        }
-        UNROLL
-        for(int u = 0; u < BNG_U; ++u)
-            bng_acc(acc, xr[u], gr[u], shift);
-    }
-    /* the shared-memory steps */
-    for(int j = 0; j < nsm; ++j)
-    {
-        const int row = row0 + (nst + j) * BNG_TY + ty;
-        bnf_v xr = BNF_ZERO, gr = BNF_ZERO;
-        if(live && row < rows)
-        {
-            const i64 o = (i64)row * K + col;
-            xr = bng_ld_once(x, o, va);
-#if BN_BWD
-            gr = bng_ld_once(dy, o, va);
-#endif
-        }
-        held[j * BNG_BT + tid] = xr;
-#if BN_BWD
-        held[(hs + j) * BNG_BT + tid] = gr;
-#endif
-        bng_acc(acc, xr, gr, shift);
-    }
-    /* the register steps */
+    /* the register steps, loaded first (in flight during the others) */
     bnf_v xh[BNG_HOLD], gh[BNG_HOLD];
     UNROLL
     for(int h = 0; h < BNG_HOLD; ++h)
@@ -246,9 +208,56 @@ KERNEL void __launch_bounds__(BNG_BT, BNG_MINB)
 #endif
         }
     }
+    /* ---- phase 1: the streamed steps, then the shared-memory ones, BNG_U in flight ---- */
+    const int nmem = nst + nsm;
+    for(int j0 = 0; j0 < nmem; j0 += BNG_U)
+    {
+        bnf_v xr[BNG_U], gr[BNG_U];
+        bool ok[BNG_U];
+        UNROLL
+        for(int u = 0; u < BNG_U; ++u)
+        {
+            const int j = j0 + u;
+            const int row = row0 + j * BNG_TY + ty;
+            ok[u] = live && j < nmem && row < rows;
+            xr[u] = BNF_ZERO;
+            gr[u] = BNF_ZERO;
+            if(ok[u])
+            {
+                const i64 o = (i64)row * K + col;
+                if(j < nst)
+                {
+                    xr[u] = bnf_ld(x, o, va);
+#if BN_BWD
+                    gr[u] = bnf_ld(dy, o, va);
+#endif
+                }
+                else
+                {
+                    xr[u] = bng_ld_once(x, o, va);
+#if BN_BWD
+                    gr[u] = bng_ld_once(dy, o, va);
+#endif
+                }
+            }
+        }
+        UNROLL
+        for(int u = 0; u < BNG_U; ++u)
+        {
+            const int j = j0 + u;
+            if(j >= nst && j < nmem)
+            {
+                held[(j - nst) * BNG_BT + tid] = xr[u];
+#if BN_BWD
+                held[(hs + j - nst) * BNG_BT + tid] = gr[u];
+#endif
+            }
+            bng_acc(acc, xr[u], gr[u], shift, ok[u]);
+        }
+    }
     UNROLL
     for(int h = 0; h < BNG_HOLD; ++h)
-        bng_acc(acc, xh[h], gh[h], shift);
+        bng_acc(acc, xh[h], gh[h], shift, live && h < nreg && row0 + (nst + nsm + h) * BNG_TY + ty < rows);
 
     /* ---- the work-group's sums -> part[s][channel][r] ---- */
     UNROLL

@@ -25,8 +25,12 @@ MIN_ARCH = 70  # ld.acquire and __nanosleep
 MOST_CHANNELS = 512  # channels a work-group takes (its reduction table in static shared memory)
 # (work items, work-groups per SM, steps in registers, streamed steps in flight, steps held in
 # shared memory at most) per pass
-SHAPE = {"bn_train": (512, 2, 2, 4, 64), "bn_bwd": (512, 1, 2, 4, 64)}
+# (forward: 64 registers a work item, so one register step; two spill a few bytes)
+SHAPE = {"bn_train": (512, 2, 1, 4, 64), "bn_bwd": (512, 1, 2, 4, 64)}
 SM_RESERVED = 1024  # shared memory the hardware keeps per work-group
+# static + dynamic shared memory a launch gets without opting in (the backend opts in only for
+# more than this much dynamic shared memory)
+DEFAULT_SHARED = 48 * 1024
 MOST_INDEX = 2**31
 
 
@@ -98,6 +102,9 @@ def grid_plan(ctx, problem, kind: str, shape: tuple[int, ...] | None = None) -> 
     room = per_sm // minb - SM_RESERVED - _reduction_table(local, tx, vw)
     step_bytes = local * (VEC_BYTES if vw > 1 else 4) * (2 if bwd else 1)
     hs = max(0, min(room // step_bytes, rps // ty - hold, most_hs))
+    table = _reduction_table(local, tx, vw)
+    if hs * step_bytes <= DEFAULT_SHARED < hs * step_bytes + table:
+        hs = (DEFAULT_SHARED - table) // step_bytes  # within the default limit (no opt-in asked)
     return GridPlan(vw, local, minb, tx, hold, unroll, tiles, slices, rps, hs, hs * step_bytes, geo)
 
 
