@@ -300,6 +300,7 @@ KERNEL void __launch_bounds__(BNG_BT, BNG_MINB)
             for(int s = 0; s < BNG_NS; ++s)
             {
                 float v = 0.0f;
+#pragma unroll 4
                 for(int q = lane; q < R; q += 32)
                     v += __ldcg(part + ((i64)s * K + c) * R + q);
                 t[s] = bnf_warp_sum(v, 1);
