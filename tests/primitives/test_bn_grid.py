@@ -12,7 +12,7 @@ import support
 
 from miopy import backends
 from miopy.problem.bnorm import BatchNormProblem
-from miopy.solvers.norm.bn_grid import BnBwdGrid, BnFwdTrainingGrid, grid_plan, grid_workspace
+from miopy.solvers.norm.bn_grid import BnBwdGrid, BnBwdGridL2, BnFwdTrainingGrid, grid_plan, grid_workspace
 from miopy.tensor import TensorDesc
 
 KINDS = {"T": "bn_train", "B": "bn_bwd"}
@@ -64,6 +64,9 @@ def test_not_applicable():
     assert "pass" in grid_plan(ctx, _problem((4, 8, 5, 5), direction="B"), "bn_train")
     assert BnFwdTrainingGrid().is_applicable(ctx, _problem((4, 8, 5, 5), direction="B")) is not None
     assert BnBwdGrid().is_applicable(ctx, _problem((4, 8, 5, 5), direction="B")) is None
+    big = _problem((32, 256, 56, 56), direction="B")
+    assert grid_plan(ctx, big, "bn_bwd").hs > 0
+    assert grid_plan(ctx, big, "bn_bwd", BnBwdGridL2.shape).hs == 0
 
 
 # ---- on the GPU ------------------------------------------------------------------------------
@@ -111,10 +114,13 @@ def _run(handle, problem, solver, rng, offset=0.0, misalign=False, tol=None):
         assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
 
 
-@pytest.mark.parametrize("direction", ["T", "B"])
-def test_random_shapes(cuda, direction):
+SOLVERS = [BnFwdTrainingGrid(), BnBwdGrid(), BnBwdGridL2()]
+
+
+@pytest.mark.parametrize("solver", SOLVERS, ids=[s.name for s in SOLVERS])
+def test_random_shapes(cuda, solver):
     rng = np.random.default_rng(23)
-    solver = BnFwdTrainingGrid() if direction == "T" else BnBwdGrid()
+    direction = "T" if solver.kind == "bn_train" else "B"
     cases = [
         ((32, 64, 56, 56), "fp16"),
         ((7, 24, 13, 11), "fp16"),
@@ -130,10 +136,10 @@ def test_random_shapes(cuda, direction):
             _run(cuda, _problem(lens, dtype, direction, save=save), solver, rng)
 
 
-@pytest.mark.parametrize("direction", ["T", "B"])
-def test_large_mean_and_misaligned(cuda, direction):
+@pytest.mark.parametrize("solver", SOLVERS, ids=[s.name for s in SOLVERS])
+def test_large_mean_and_misaligned(cuda, solver):
     rng = np.random.default_rng(4)
-    solver = BnFwdTrainingGrid() if direction == "T" else BnBwdGrid()
+    direction = "T" if solver.kind == "bn_train" else "B"
     _run(cuda, _problem((16, 32, 14, 14), "fp32", direction), solver, rng, offset=1000.0, tol=1e-5)
     _run(cuda, _problem((8, 64, 28, 28), "fp16", direction), solver, rng, offset=300.0)
     _run(cuda, _problem((4, 32, 8, 8), "fp16", direction, save=False), solver, rng, misalign=True)

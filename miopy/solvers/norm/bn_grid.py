@@ -187,4 +187,14 @@ class BnBwdGrid(BnFwdTrainingGrid):
     kind = "bn_bwd"
 
 
-__all__ = ["BnBwdGrid", "BnFwdTrainingGrid", "GridPlan", "grid_plan"]
+class BnBwdGridL2(BnBwdGrid):
+    """BnBwdGrid holding nothing in shared memory: phase 2 reads x and dy again, newest first,
+    from L2 where they still are (H200, fp16: 32x256x56x56 87.8 us against 93.9 holding 13 steps,
+    32x512x28x28 51.4 against 51.7). Find picks between the two."""
+
+    name = "BnBwdGridL2"
+    id = 418
+    shape = (512, 1, 2, 4, 0)
+
+
+__all__ = ["BnBwdGrid", "BnBwdGridL2", "BnFwdTrainingGrid", "GridPlan", "grid_plan"]

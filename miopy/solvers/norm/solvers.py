@@ -6,7 +6,7 @@ from __future__ import annotations
 from miopy.solution import Program
 from miopy.solvers.base import Solver
 from miopy.solvers.norm.bn_fused import BnBwdFused, BnFwdInferenceFlat, BnFwdTrainingFused
-from miopy.solvers.norm.bn_grid import BnBwdGrid, BnFwdTrainingGrid
+from miopy.solvers.norm.bn_grid import BnBwdGrid, BnBwdGridL2, BnFwdTrainingGrid
 from miopy.solvers.norm.bn_program import bn_packed_program
 from miopy.solvers.norm.gn_nhwc import GroupNormFwdNhwc
 from miopy.solvers.norm.gn_nhwc_bwd import GroupNormBwdNhwc
@@ -55,6 +55,7 @@ BNORM_SOLVERS = [
     _make("bnorm", "BnFwdInferenceStrided", 403, "bn_infer", False),
     BnBwdFused(),
     BnBwdGrid(),
+    BnBwdGridL2(),
     _make("bnorm", "BnBwdPacked", 404, "bn_bwd", True),
     _make("bnorm", "BnBwdStrided", 405, "bn_bwd", False),
 ]
