@@ -16,7 +16,7 @@ from miopy.solvers.norm.bn_grid import BnBwdGrid, BnFwdTrainingGrid
 
 # (local, work-groups per SM, register steps, streamed steps in flight, most shared-memory steps)
 FWD = [(512, 2, 1, 4, 0), (256, 4, 1, 4, 64), (512, 2, 1, 2, 64)]
-BWD = [(512, 1, 2, 4, 0), (256, 2, 2, 4, 64), (256, 2, 1, 4, 64)]
+BWD = [(256, 2, 2, 4, 64), (256, 2, 1, 4, 64)]  # (512, 1, 2, 4, 0): BnBwdGridL2
 
 
 def _variant(base: type, shape: tuple[int, ...]):
