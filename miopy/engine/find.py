@@ -167,14 +167,8 @@ def _full_find(
         raise InternalError(f"problem={problem.key()}: no applicable solver")
     if search:
         tune.tune(handle, problem, [s for s in solvers if s.tunable])
-    else:  # solvers with few candidates have them all timed unless the perf DB already knows
-        view_key = problem.solver_view().key()
-        quick = [
-            s
-            for s in solvers
-            if getattr(s, "search_in_find", False)
-            and handle.perf_db.load(view_key, s.name, problem.primitive) is None
-        ]
+    else:  # solvers with few candidates have them all timed unless the user perf DB knows
+        quick = _search_in_find(handle, problem, solvers)
         if quick:
             tune.tune(handle, problem, quick, tensors=tensors)
     candidates = []
@@ -203,6 +197,22 @@ def _full_find(
     candidates = [s.with_time(ms) for s, ms in bench.close_race(timed, again, RACE_ROUNDS)]
     _store(handle, problem, candidates)
     return _rank(candidates, options)
+
+
+def _search_in_find(handle, problem: Problem, solvers: list) -> list:
+    """The solvers whose whole search space a NORMAL find times (``search_in_find``: a few hundred
+    library configs, nothing to compile), as no record of the user perf DB names their config.
+    A record of the system file does not stop the search: it is one process's close race on
+    the device it was made on (for cuBLASLt, between configs within 1-3 % of each other, where a
+    sample moves by as much), and this find times on the user's device; what it finds goes into
+    the user perf DB, so the search happens once per problem."""
+    view_key = problem.solver_view().key()
+    return [
+        s
+        for s in solvers
+        if getattr(s, "search_in_find", False)
+        and handle.perf_db.load_user(view_key, s.name, problem.primitive) is None
+    ]
 
 
 def find_solutions(

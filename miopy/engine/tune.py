@@ -25,12 +25,18 @@ class SearchStrategy(Protocol):
         """Pick the best of ``configs`` using ``measure`` (ms, or None when a config fails)."""
 
 
-RACE_ROUNDS = 3  # samples more for each config in a close race (bench.close_race)
+RACE_ROUNDS = 4  # samples more for each config in a close race (bench.close_race)
+# A search space has many near-equals (cuBLASLt: a few hundred configs, the best dozen within 3 %
+# of each other, one sample moving by 1-2 %): its race takes more of them than find's race between
+# solvers does (H200, fp16 512x7x7->2048 forward: the config whose first sample ranked third was
+# 3 % faster than the first over five interleaved rounds).
+RACE_MARGIN = 0.05
+RACE_MOST = 6
 
 
 def exhaustive(configs: list[dict], measure: Callable[[dict], float | None]) -> tuple[dict, float] | None:
-    """Every config measured; those within bench.RACE_MARGIN of the fastest measured again in
-    RACE_ROUNDS interleaved rounds, the best median wins."""
+    """Every config measured; those within RACE_MARGIN of the fastest (RACE_MOST at most)
+    measured again in RACE_ROUNDS interleaved rounds, the best median wins."""
     timed = []
     for cfg in _progress(configs):
         t = measure(cfg)
@@ -38,7 +44,7 @@ def exhaustive(configs: list[dict], measure: Callable[[dict], float | None]) -> 
             timed.append((cfg, t))
     if not timed:
         return None
-    return bench.close_race(timed, measure, RACE_ROUNDS)[0]
+    return bench.close_race(timed, measure, RACE_ROUNDS, RACE_MARGIN, RACE_MOST)[0]
 
 
 def _progress(items: list) -> Iterable:

@@ -310,3 +310,29 @@ def test_api_rejects_a_wrong_handle(handle):
         get_solutions("opencl", small())
     with pytest.raises(errors.BadParm, match="handle="):
         get_solutions(handle, small())[0].run(object(), {})
+
+
+def test_normal_find_searches_past_a_system_perf_record(handle, monkeypatch):
+    """A search_in_find solver's space is timed by a NORMAL find unless the *user* perf DB has a
+    record: one of the shipped system file (another process's race) does not stop the search."""
+    from miopy.engine import find as find_mod
+
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    solver = by_name(TUNABLE)
+    monkeypatch.setattr(type(solver), "search_in_find", True, raising=False)
+    problem = small()
+    view_key = problem.solver_view().key()
+    default = solver.default_config(handle, problem.solver_view())
+    user: dict = {}
+    monkeypatch.setattr(handle.perf_db, "load", lambda key, name, primitive="conv": default)  # "system"
+    monkeypatch.setattr(handle.perf_db, "load_user", lambda key, name, primitive="conv": user.get(name))
+    searched = []
+    monkeypatch.setattr(find_mod.tune, "tune", lambda h, p, solvers, **kw: searched.append(solvers) or {})
+    monkeypatch.setattr(bench, "median_time", lambda h, s, p, **kw: 1.0 + len(s.solver) / 100)
+    assert [s.name for s in find_mod._search_in_find(handle, problem, [solver])] == [TUNABLE]
+    find_solutions(handle, problem)
+    assert [[s.name for s in group] for group in searched] == [[TUNABLE]]
+    user[TUNABLE] = default  # the user perf DB knows it now: no search
+    assert find_mod._search_in_find(handle, problem, [solver]) == []
+    find_solutions(handle, problem)
+    assert len(searched) == 1 and handle.perf_db.load(view_key, TUNABLE) == default

@@ -46,3 +46,22 @@ def test_exhaustive_runs_the_race_and_skips_failures():
     best = exhaustive(list(true), measure)
     assert best == ("y", 1.95)
     assert calls.count("x") == calls.count("y") == 1 + RACE_ROUNDS and calls.count("z") == 1
+
+
+def test_tuning_races_more_near_equals_than_find():
+    """A search space's race (tune.exhaustive) takes up to tune.RACE_MOST configs within
+    tune.RACE_MARGIN: here the true best's first sample ranked fifth, 4 % behind the luckiest."""
+    from miopy.engine import tune
+
+    names = "abcdefg"
+    first = dict(zip(names, (1.00, 1.01, 1.02, 1.03, 1.04, 1.045, 1.20), strict=True))
+    true = {**first, "e": 0.97}
+    measure, calls = noisy(true, first)
+    assert tune.RACE_MARGIN > bench.RACE_MARGIN and tune.RACE_MOST > bench.RACE_MOST
+    # find's race between solvers (bench's defaults) does not take "e" again: "a" wins there
+    measure_find, calls_find = noisy(true, first)
+    raced = bench.close_race([(c, measure_find(c)) for c in names], measure_find, rounds=3)
+    assert raced[0][0] != "e" and calls_find.count("e") == 1
+    best = exhaustive(list(names), measure)
+    assert best == ("e", 0.97)
+    assert calls.count("e") == 1 + tune.RACE_ROUNDS and calls.count("g") == 1
