@@ -336,3 +336,27 @@ def test_normal_find_searches_past_a_system_perf_record(handle, monkeypatch):
     assert find_mod._search_in_find(handle, problem, [solver]) == []
     find_solutions(handle, problem)
     assert len(searched) == 1 and handle.perf_db.load(view_key, TUNABLE) == default
+
+
+def test_find_races_solvers_within_ten_percent(handle, monkeypatch):
+    """Solvers are timed one after another: one whose first time is up to find.RACE_MARGIN (10 %)
+    behind the fastest is timed again in interleaved rounds, and the medians decide."""
+    from miopy.engine import find as find_mod
+
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    first = {"ConvDirectNaiveFwd": 1.0, TUNABLE: 1.08}  # a fast spell for the naive solver
+    true = {"ConvDirectNaiveFwd": 1.2, TUNABLE: 0.9}
+    seen: dict[str, int] = {}
+
+    def median_time(h, s, p, **kw):
+        seen[s.solver] = seen.get(s.solver, 0) + 1
+        if s.solver not in first:
+            return 5.0 + len(s.solver) / 100  # far behind: never raced
+        return first[s.solver] if seen[s.solver] == 1 else true[s.solver]
+
+    monkeypatch.setattr(bench, "median_time", median_time)
+    assert first[TUNABLE] / first["ConvDirectNaiveFwd"] - 1 > bench.RACE_MARGIN
+    found = find_solutions(handle, small())
+    assert found[0].solver == TUNABLE and found[0].time_ms == 0.9
+    assert seen[TUNABLE] == seen["ConvDirectNaiveFwd"] == 1 + find_mod.RACE_ROUNDS
+    assert all(n == 1 for name, n in seen.items() if name not in first)

@@ -58,7 +58,7 @@ def test_tuning_races_more_near_equals_than_find():
     true = {**first, "e": 0.97}
     measure, calls = noisy(true, first)
     assert tune.RACE_MARGIN > bench.RACE_MARGIN and tune.RACE_MOST > bench.RACE_MOST
-    # find's race between solvers (bench's defaults) does not take "e" again: "a" wins there
+    # the default race (bench.RACE_MARGIN, bench.RACE_MOST) does not take "e" again: "a" wins
     measure_find, calls_find = noisy(true, first)
     raced = bench.close_race([(c, measure_find(c)) for c in names], measure_find, rounds=3)
     assert raced[0][0] != "e" and calls_find.count("e") == 1
