@@ -36,7 +36,7 @@ class ProgramInvoker:
     def __init__(self, backend: Any, program: Program, kernels: Mapping[KernelSpec, Any]):
         self.backend = backend
         self.program = program
-        self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...], int]] = []
+        self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...], int, bool]] = []
         for step in program.steps:
             if isinstance(step, Launch):
                 template = list(step.args)
@@ -49,20 +49,21 @@ class ProgramInvoker:
                         step.global_size or step.spec.global_size,
                         step.local_size or step.spec.local_size,
                         int(step.shared_mem),
+                        bool(step.cooperative),
                     )
                 )
             elif isinstance(step, Gemm):
-                self._launches.append((None, step, [], (), (), 0))
+                self._launches.append((None, step, [], (), (), 0, False))
             elif isinstance(step, Call):
                 template = list(step.args)
                 slots = [i for i, a in enumerate(template) if isinstance(a, (Tensor, Workspace, Scalar))]
-                self._launches.append((step.method, template, slots, (), (), 0))
+                self._launches.append((step.method, template, slots, (), (), 0, False))
             else:
                 raise BadParm(f"step={type(step).__name__}: not a Launch, a Gemm or a Call")
 
     def __call__(self, args: InvokeArgs) -> None:
         backend = self.backend
-        for kernel, what, slots, global_size, local_size, shared_mem in self._launches:
+        for kernel, what, slots, global_size, local_size, shared_mem, cooperative in self._launches:
             if kernel is None:
                 g: Gemm = what
                 backend.gemm(
@@ -92,6 +93,10 @@ class ProgramInvoker:
                 call_args[i] = _resolve(what[i], args, backend)
             if isinstance(kernel, str):  # a Call: the backend method's name
                 getattr(backend, kernel)(*call_args)
+            elif cooperative:
+                backend.launch(
+                    kernel, global_size, local_size, call_args, shared_mem=shared_mem, cooperative=True
+                )
             elif shared_mem:
                 backend.launch(kernel, global_size, local_size, call_args, shared_mem=shared_mem)
             else:

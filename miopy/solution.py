@@ -83,13 +83,17 @@ class Scalar:
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch; ``global_size`` / ``local_size`` default to the spec's.
-    ``shared_mem``: bytes of dynamic shared memory per block (CUDA; see Backend.launch)."""
+    ``shared_mem``: bytes of dynamic shared memory per block (CUDA; see Backend.launch).
+    ``cooperative``: every block must be resident at once (the kernel meets itself at a grid-wide
+    barrier): CUDA's cooperative launch, which the driver co-schedules or refuses with an error,
+    where a plain launch of such a kernel could wait forever on a GPU shared with other work."""
 
     spec: KernelSpec
     args: tuple[Any, ...]
     global_size: tuple[int, ...] | None = None
     local_size: tuple[int, ...] | None = None
     shared_mem: int = 0
+    cooperative: bool = False
 
 
 @dataclass(frozen=True)

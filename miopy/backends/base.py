@@ -140,11 +140,14 @@ class Backend(abc.ABC):
         local_size: tuple[int, ...],
         args: list[Any],
         shared_mem: int = 0,
+        cooperative: bool = False,
     ) -> None:
         """Enqueue ``kernel``. ``global_size`` is the total work-item count per dimension (OpenCL
         semantics, a multiple of ``local_size``). ``args`` holds buffers and NumPy scalars.
         ``shared_mem``: bytes of dynamic shared memory per block, up to
-        ``info.max_dynamic_shared`` (a backend without any refuses a non-zero value)."""
+        ``info.max_dynamic_shared`` (a backend without any refuses a non-zero value).
+        ``cooperative``: all blocks resident at once, guaranteed by the device or refused with an
+        error (a backend without such a launch refuses it)."""
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...
@@ -173,8 +176,13 @@ class Backend(abc.ABC):
         local_size: tuple[int, ...],
         args: list[Any],
         shared_mem: int = 0,
+        cooperative: bool = False,
     ) -> Callable[[], None]:
         args = list(args)
+        if cooperative:
+            return lambda: self.launch(
+                kernel, global_size, local_size, args, shared_mem=shared_mem, cooperative=True
+            )
         if shared_mem:
             return lambda: self.launch(kernel, global_size, local_size, args, shared_mem=shared_mem)
         return lambda: self.launch(kernel, global_size, local_size, args)

@@ -257,6 +257,8 @@ def _libcuda() -> Any:
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     lib.cuLaunchKernel.restype = ctypes.c_int
+    lib.cuLaunchCooperativeKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 2
+    lib.cuLaunchCooperativeKernel.restype = ctypes.c_int
     return lib
 
 
@@ -281,7 +283,15 @@ def _raw_launch(fn: int, dims: tuple[int, ...], stream: ctypes.c_void_p, params:
     return _libcuda().cuLaunchKernel(*fixed, stream, params, None)
 
 
+def _cooperative_launch(fn: int, dims: tuple[int, ...], stream: ctypes.c_void_p, params: ctypes.Array) -> int:
+    """cuLaunchCooperativeKernel through ctypes (every block resident at once, or an error such as
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE); the CUresult."""
+    fixed = (ctypes.c_void_p(fn), *(ctypes.c_uint(v) for v in dims))
+    return _libcuda().cuLaunchCooperativeKernel(*fixed, stream, params)
+
+
 _CUDA_ERROR_INVALID_CONTEXT = 201
+_CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
 
 # The spin kernel holds the stream while the host enqueues the runs to time, so the device then
 # runs them back to back however slow the host is (globaltimer counts nanoseconds).
@@ -679,7 +689,11 @@ class Backend(BackendBase):
         local_size: tuple[int, ...],
         args: list[Any],
         shared_mem: int = 0,
+        cooperative: bool = False,
     ) -> None:
+        if cooperative:
+            self.prepare_launch(kernel, global_size, local_size, args, shared_mem, cooperative=True)()
+            return
         grid3, block = self._geometry(global_size, local_size)
         kargs = [self._arg(i, a) for i, a in enumerate(args)]
         shared_mem = int(shared_mem)
@@ -697,8 +711,10 @@ class Backend(BackendBase):
         local_size: tuple[int, ...],
         args: list[Any],
         shared_mem: int = 0,
+        cooperative: bool = False,
     ) -> Callable[[], None]:
-        """``cuLaunchKernel`` with the argument array built once: about a microsecond a call."""
+        """``cuLaunchKernel`` with the argument array built once: about a microsecond a call
+        (``cuLaunchCooperativeKernel`` when ``cooperative``)."""
         (gx, gy, gz), (bx, by, bz) = self._geometry(global_size, local_size)
         shared_mem = int(shared_mem)
         if shared_mem < 0:
@@ -713,7 +729,17 @@ class Backend(BackendBase):
         dims = (gx, gy, gz, bx, by, bz, shared_mem)
         backend = self
         fast = _cython_launch()
-        if fast is not None:
+        if cooperative:
+            fn = int(kernel.ptr)
+
+            def call() -> None:
+                rc = _cooperative_launch(fn, dims, backend._c_sptr, params)
+                if rc:
+                    backend._launch_failed(
+                        rc, lambda: _cooperative_launch(fn, dims, backend._c_sptr, params), "cooperative "
+                    )
+
+        elif fast is not None:
             # CuPy's compiled cuLaunchKernel wrapper takes plain ints: no per-argument conversion
             # objects as ctypes has (several microseconds a call for 11 arguments).
             launch, failure = fast
@@ -741,14 +767,19 @@ class Backend(BackendBase):
         call.keep = (holders, params, kernel)  # type: ignore[attr-defined]
         return call
 
-    def _launch_failed(self, rc: int, retry: Callable[[], int]) -> None:
+    def _launch_failed(self, rc: int, retry: Callable[[], int], kind: str = "") -> None:
         if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread where CUDA was never made current
             with self.device:
                 self._cp.cuda.runtime.free(0)  # makes the primary context current here
             rc = retry()
             if not rc:
                 return
-        raise InternalError(f"cuLaunchKernel failed with CUresult {rc}")
+        if rc == _CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
+            raise InternalError(
+                f"cuLaunchCooperativeKernel failed with CUresult {rc}: the grid cannot be resident "
+                "at once on this device"
+            )
+        raise InternalError(f"cuLaunch{kind.strip().title()}Kernel failed with CUresult {rc}")
 
     def finish_prepared(
         self, calls: list[Callable[[], None]], eager: bool = False

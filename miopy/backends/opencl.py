@@ -187,9 +187,12 @@ class Backend(BackendBase):
         local_size: tuple[int, ...],
         args: list[Any],
         shared_mem: int = 0,
+        cooperative: bool = False,
     ) -> None:
         if shared_mem:
             raise bad("shared_mem", shared_mem, "OpenCL launches take no dynamic shared memory")
+        if cooperative:
+            raise bad("cooperative", cooperative, "OpenCL cannot promise that every work-group is resident")
         kernel.set_args(*args)
         event = cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
         if self._recording is not None:

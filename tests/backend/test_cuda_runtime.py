@@ -158,6 +158,47 @@ def test_launch_with_dynamic_shared_memory(handle):
         be.launch(kernel, (256,), (256,), [yb, xb, np.int32(n)], shared_mem=be.info.max_dynamic_shared + 1)
 
 
+def test_cooperative_launch_meets_at_a_grid_barrier(handle):
+    """A kernel whose blocks wait for one another (a grid-wide barrier on a counter) runs when
+    launched cooperatively, directly and as a prepared call; a grid that cannot all be resident is
+    refused with an error at launch instead of hanging."""
+    from miopy.errors import InternalError
+
+    be = handle.backend
+    src = (
+        'extern "C" __global__ void meet(unsigned* count, float* y, const float* x, unsigned blocks) {\n'
+        "  if (threadIdx.x == 0) {\n"
+        "    atomicAdd(count, 1u);\n"
+        "    while (atomicAdd(count, 0u) < blocks) { }\n"
+        "  }\n"
+        "  __syncthreads();\n"
+        "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  y[i] = x[i] + (float)atomicAdd(count, 0u);\n}\n"
+    )
+    kernel = be.load(be.build(src, "meet.cu", []), "meet")
+    blocks = be.info.compute_units  # one block of 128 threads per SM: always co-resident
+    n = blocks * 128
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    xb, yb = be.upload(x), be.alloc(4 * n)
+    for how in ("direct", "prepared"):
+        count = be.upload(np.zeros(1, np.uint32))
+        args = [count, yb, xb, np.uint32(blocks)]
+        if how == "direct":
+            be.launch(kernel, (n,), (128,), args, cooperative=True)
+        else:
+            be.prepare_launch(kernel, (n,), (128,), args, cooperative=True)()
+        y = np.empty(n, np.float32)
+        be.download(yb, y)
+        np.testing.assert_array_equal(y, x + np.float32(blocks))
+    too_many = blocks * 64  # 1024-thread blocks, 64 per SM: more than any SM holds
+    big = be.alloc(4 * too_many * 1024)
+    with pytest.raises(InternalError, match="resident"):
+        be.launch(
+            kernel, (too_many * 1024,), (1024,), [count, big, big, np.uint32(too_many)], cooperative=True
+        )
+    be.synchronize()
+
+
 def test_compile_error(handle):
     from miopy.errors import CompileError
 
