@@ -4,7 +4,8 @@ layers (batch 32, NHWC, backward weights), on an sm_90 GPU.
 Timed as scripts/bench_igemm_bwd.py times (device events around back-to-back launches queued
 behind a sleep kernel, rotating input sets, median of repeats); every config is checked against
 cuDNN's dw first. ``--configs space`` (the default) tries the solver's search space after its
-default config, ``default`` the default alone. Needs torch, cupy and cuda-bindings.
+default config, ``default`` the default alone, ``ws`` its warp-specialised and 5-stage configs
+after the default. Needs torch, cupy and cuda-bindings.
 
     python scripts/bench_wgmma_wrw.py [--dtypes fp16] [--layers 0,1,2,3] [--configs space] [--json out.json]
 """
@@ -30,6 +31,7 @@ from miopy.solvers.conv import implicit_gemm_wgmma_wrw as wg  # noqa: E402
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc  # noqa: E402
 
 SOLVER = wg.ConvWgmmaWrwNhwc()
+OURS = (SOLVER.name,)
 MMA_SYNC = ConvIgemmWrwNhwc()
 
 
@@ -37,7 +39,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
     ap.add_argument("--layers", default="0,1,2,3", help="indices into bench_igemm_bwd.LAYERS")
-    ap.add_argument("--configs", default="space", choices=["space", "default"])
+    ap.add_argument("--configs", default="space", choices=["space", "default", "ws"])
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     handle = handle_next_to_cudnn()
@@ -50,6 +52,8 @@ def main() -> int:
             configs = [SOLVER.default_config(handle, view)]
             if args.configs == "space":
                 configs += list(SOLVER.search_space(handle, view))
+            elif args.configs == "ws":  # the warp-specialised part of the space, and 5 stages
+                configs += [c for c in SOLVER.search_space(handle, view) if c["ws"] or c["stages"] == 5]
             unique = []
             for cfg in configs:
                 if cfg not in unique and SOLVER.is_valid_config(handle, view, cfg):
@@ -87,13 +91,14 @@ def main() -> int:
 
         rows = check_and_time(handle, sols, tensors, outs, refs, flops, facts, timer=device_us)
         name = f"C{c} {hw}x{hw} K{k} {f}x{f}"
-        ours = [r for r in rows if r["solver"] == SOLVER.name]
-        today = rows[-1]
+        ours = [r for r in rows if r["solver"] in OURS]
+        today = next(r for r in rows if r["solver"] == MMA_SYNC.name)
         ok = [r for r in ours if r["err"] < 2e-2]
         best = min(ok, key=lambda r: r["us"]) if ok else ours[0]
         for r in sorted(ours, key=lambda r: r["us"]):
             print(
-                f"  {dtype} {name} {json.dumps(r['config'])}: {r['us']:7.1f} us {r['tflops']:4.0f} TF "
+                f"  {dtype} {name} {r['solver'][8:]} {json.dumps(r['config'])}: "
+                f"{r['us']:7.1f} us {r['tflops']:4.0f} TF "
                 f"err {r['err']:.1e} regs {r.get('regs')} local {r.get('local_bytes')} "
                 f"occ {r.get('blocks_per_sm')} blocks {r.get('blocks')}"
             )
@@ -102,7 +107,8 @@ def main() -> int:
             f"{dtype} {name}: cuDNN {cudnn:6.1f} us | "
             f"mma.sync {today['us']:6.1f} us x{today['us'] / cudnn:.2f} | "
             f"wgmma default {d['us']:6.1f} us x{d['us'] / cudnn:.2f} err {d['err']:.1e} | "
-            f"best {best['us']:6.1f} us x{best['us'] / cudnn:.2f} {json.dumps(best['config'])}",
+            f"best {best['us']:6.1f} us x{best['us'] / cudnn:.2f} "
+            f"{best['solver']} {json.dumps(best['config'])}",
             flush=True,
         )
         results.append({"dtype": dtype, "layer": name, "cudnn_us": cudnn, "rows": rows})
@@ -110,7 +116,7 @@ def main() -> int:
     for key in ("default", "best"):
         ratios = []
         for e in results:
-            ours = [r for r in e["rows"] if r["solver"] == SOLVER.name]
+            ours = [r for r in e["rows"] if r["solver"] in OURS]
             ok = [r for r in ours if r["err"] < 2e-2] or ours
             us = ours[0]["us"] if key == "default" else min(r["us"] for r in ok)
             ratios.append(us / e["cudnn_us"])

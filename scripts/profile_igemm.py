@@ -27,6 +27,7 @@ def main() -> int:
     ap.add_argument("--direction", choices=list(SOLVERS), default="F")
     ap.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
     ap.add_argument("--config", default="", help="JSON config (default: the solver's choice)")
+    ap.add_argument("--solver", default="", help="a solver's name (default: the direction's ConvIgemm*Nhwc)")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     from conv import read_workload
@@ -42,7 +43,7 @@ def main() -> int:
     text = line.replace("conv ", f"{prefix} ", 1) + f" -I NHWC -O NHWC -f NHWC -F {FLAG[args.direction]}"
     problem = workload.problems_from_line(text)[0]
     handle = Handle("cuda")
-    solver = by_name(SOLVERS[args.direction], "conv")
+    solver = by_name(args.solver or SOLVERS[args.direction], "conv")
     solution = make_solution(handle, problem, solver, json.loads(args.config) if args.config else None)
     prepared = bench.device_args(handle, solution, None)
     print(f"{problem.solver_view().key()} {solver.name} {solution.config}", flush=True)

@@ -81,7 +81,7 @@ def test_default_config_follows_the_problem():
     assert l3 == wrw_config(64, 64, 1, 6, 1, 28)  # K = 64: one warpgroup row, 2 blocks per SM
     assert l6 == wrw_config(128, 128, 1, 6, 1, 14)
     assert l9 == wrw_config(256, 128, 1, 4, 1, 7)
-    assert l12 == wrw_config(128, 192, 1, 4)  # 96 tiles of a short reduction: unsplit
+    assert l12 == wrw_config(128, 192, 1, 4, ws=1)  # 96 tiles of a short reduction: unsplit, producer warps
     for problem, config in zip(RESNET, (l3, l6, l9, l12), strict=True):
         slots = 132 * blocks_per_sm(config, CTX.info.max_dynamic_shared)
         assert tiles(problem, config) * slices(config) <= slots  # one wave
@@ -108,11 +108,19 @@ def test_is_valid_config_rejects_garbage():
         {**good, "cluster": 3},  # clusters of 3, 5, 7 fit GPCs badly
         {**good, "cluster": 16},
         {**good, "parts": 9},
+        {**good, "ws": 1},  # warp-specialised: no clusters
+        {**good, "ws": 2},
         {k: v for k, v in good.items() if k != "parts"},
         {**good, "extra": 1},
     ):
         assert not SOLVER.is_valid_config(CTX, RESNET[1], bad), bad
     assert SOLVER.is_valid_config(CTX, RESNET[1], wrw_config(64, 384, 2, 3))  # 2 x 192 columns
+    assert SOLVER.is_valid_config(CTX, RESNET[1], wrw_config(128, 192, 1, 5, 1, 3, ws=1))
+    old = {k: v for k, v in good.items() if k != "ws"}  # a record from before the field: ws = 0
+    assert SOLVER.is_valid_config(CTX, RESNET[1], old)
+    assert SOLVER.get_program(CTX, RESNET[1], old).steps[0].spec.local_size == (threads(good), 1)
+    four = wrw_config(256, 128, 1, 4, 1, 3, ws=1)  # 4 MMA warpgroups
+    assert not SOLVER.is_valid_config(CTX, RESNET[1], four)
     assert not SOLVER.is_valid_config(CTX, RESNET[1], wrw_config(64, 512, 2, 6))  # 6 x 72 KB stages
     assert not SOLVER.is_valid_config(support.fake_cuda_ctx(smem=100_000), RESNET[1], good)
     # ODD has 3*5*5 = 75 pixels: two k-tiles, so two slices at most
@@ -252,3 +260,24 @@ def test_wgmma_wrw_resnet_layers_small_batch(handle):
         if SOLVER.is_valid_config(handle, problem, config):
             support.check_solver(handle, SOLVER, problem, rng, config)
         support.check_solver(handle, SOLVER, problem, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_wrw_warp_specialised(handle):
+    """Warp-specialised configs (a producer warpgroup, mbarriers), every tile of at most two MMA
+    warpgroups, unsplit and in workspace parts (uneven slices), fewer k-tiles than stages too,
+    both data types."""
+    rng = np.random.default_rng(76)
+    odd = make("fp16", (3, 40, 13, 15), (136, 40, 3, 3), "W", pads=(1, 2), strides=(1, 2), dilations=(2, 1))
+    long = make("bf16", (6, 96, 17, 19), (72, 96, 3, 3), "W", pads=(1, 1))
+    done = 0
+    for bm in DOMAIN["bm"]:
+        for bn in DOMAIN["bn"]:
+            for wn in DOMAIN["wn"]:
+                for problem, stages, parts in ((odd, 6, 1), (long, 5, 7)):
+                    config = wrw_config(bm, bn, wn, stages, 1, parts, ws=1)
+                    if SOLVER.is_valid_config(handle, problem, config):
+                        support.check_solver(handle, SOLVER, problem, rng, config)
+                        done += 1
+    assert done >= 12

@@ -20,7 +20,9 @@
    issues 16-byte cp.async copies (zero-filled past N*P*Q, past K or R*S*C and in the padding)
    into a WG_STAGES-deep ring; the main loop is wgmma_fwd.cu's (per k-tile t: wait for its
    copies, proxy fence, barrier, 4 MMAs and a commit, the copies of tile t + WG_STAGES - 2, then
-   wait until only tile t's MMAs are pending).
+   wait until only tile t's MMAs are pending). With WG_WS one more warpgroup alone copies and the
+   MMA warpgroups meet it at per-stage mbarriers instead of a block barrier per k-tile
+   (wrw_mainloop_ws).
 
    The reduction is long and dw small, so it splits over blockIdx.y (IG_SPLIT_K slices of the
    pixels), in clusters of WG_CLUSTER consecutive slices (2 to 8) that sum their tiles through
@@ -36,6 +38,7 @@
 // miopy-target: sm_90a
 // miopy-compile-test: -DMIOPY_DTYPE=1
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=64 -DWG_BN=192 -DWG_WN=1 -DWG_STAGES=3 -DIG_SPLIT_K=6
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=192 -DWG_STAGES=5 -DWG_WS=1 -DIG_SPLIT_K=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=256 -DWG_WN=2 -DWG_STAGES=4 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -87,6 +90,12 @@ static_assert(WG_BN % WG_WN == 0 && WG_THREADS <= 512, "at most four warpgroups"
 static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
 static_assert(64 * WG_ACH % WG_THREADS == 0 && WG_B_STEP >= 1, "even copies of A, every column of B");
 static_assert(WG_THREADS % WG_ACH == 0, "a thread copies one column of A");
+
+#ifndef WG_WS
+#define WG_WS 0 /* 1: a producer warpgroup loads the ring, the MMA warpgroups only compute (mbarriers) */
+#endif
+#define WG_LOADERS 128 /* the producer warpgroup's threads */
+#define WG_BLOCK_THREADS (WG_THREADS + (WG_WS ? WG_LOADERS : 0))
 
 #ifndef WG_CLUSTER
 #define WG_CLUSTER (IG_CLUSTER ? IG_SPLIT_K : 1) /* slices of a tile per thread-block cluster */
@@ -151,29 +160,17 @@ DEVICE_FN void cluster_sum_to_part(uint4* smem, const float (&acc)[1][IG_NI][4],
 }
 #endif
 
-KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
-    wgmma_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws)
+/* The main loop of one dw tile (rows from m0, columns from n0) over the pixel k-tiles
+   [kt0, kt0 + nkt): acc (this thread's fragment of its warpgroup's 64 x WG_NW tile) += the
+   MMAs of those k-tiles. Every thread of the block calls it; it returns with the ring idle
+   (every copy landed, every MMA retired, a barrier after), so the caller may reuse it. */
+DEVICE_FN void wrw_mainloop(const data_t* RESTRICT x, const data_t* RESTRICT dy, u32 base, int m0, int n0, int kt0,
+                            int nkt, float (&acc)[WG_ACC])
 {
-    /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
-       at the first 1024-byte boundary (the swizzle's period) */
-    extern __shared__ __align__(1024) uint4 smem_raw[];
-    const u32 raw_base = smem_addr(smem_raw);
-    const u32 base = (raw_base + 1023u) & ~1023u;
-    [[maybe_unused]] uint4* smem = smem_raw + (base - raw_base) / 16;
-
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int warp = tid >> 5;
-    const int wg = warp >> 2;
+    const int wg = tid >> 7;
     const int wg_m = wg / WG_WN;
     const int wg_n = wg - wg_m * WG_WN;
-    const int bid = blockIdx.x;
-    const int m0 = (bid / WG_TILES_N) * WG_BM;
-    const int n0 = (bid % WG_TILES_N) * WG_BN;
-    /* split-K: this block reduces pixel k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
-    const int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
-    const int kt1 = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K);
-    const int nkt = kt1 - kt0;
 
     /* A: this thread's 8 dy channels (one chunk column for every row it copies) */
     const int a_ch = tid % WG_ACH;
@@ -227,11 +224,6 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
         }
     };
 
-    float acc[WG_ACC];
-#pragma unroll
-    for(int i = 0; i < WG_ACC; ++i)
-        acc[i] = 0.0f;
-
     /* this warpgroup's 64 rows of A (one 8 KB block) and WG_NW columns of B */
     const u32 a_off = (u32)(wg_m * 8192);
     const u32 b_off = (u32)(WG_A_BYTES + wg_n * (WG_NW / 64) * 8192);
@@ -269,6 +261,236 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     wgmma_fence_regs(acc);
     cp_async_wait<0>();
     __syncthreads(); /* the ring is free for the epilogue */
+}
+
+#if WG_WS
+/* ---- warp-specialised main loop (WG_WS) ----
+   The block's last warpgroup (WG_LOADERS threads) only copies: k-tile t into stage t % WG_STAGES
+   once the MMAs that read that stage's previous k-tile are done (its `empty` barrier), then
+   cp.async.mbarrier.arrive on the stage's `full` barrier (completes when every loader's copies
+   of the tile have landed). The MMA warpgroups wait on `full`, make the copies visible to the
+   async proxy, issue their MMAs, and once the previous k-tile's MMAs are retired release its
+   stage (one arrival per warp). No block-wide barrier inside the loop: the warpgroups and the
+   loads run WG_STAGES - 1 k-tiles apart at most. The 2 WG_STAGES barriers (8 bytes each) lie at
+   `bars`, past everything the epilogue uses. */
+#define WG_LPR (WG_LOADERS / 64) /* loaders per pixel row */
+#define WG_ACOLS (WG_ACH / WG_LPR) /* chunk columns of A per loader */
+#define WG_BCOLS (WG_BCH / WG_LPR) /* of B */
+static_assert(WG_ACH % WG_LPR == 0 && WG_BCH % WG_LPR == 0, "whole chunk columns per loader");
+
+DEVICE_FN void wrw_mbar_init(u32 bar, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+DEVICE_FN void wrw_mbar_arrive(u32 bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* arrives on `bar` once every earlier cp.async of this thread has completed (no pending count) */
+DEVICE_FN void wrw_mbar_arrive_cp_async(u32 bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/* until the phase of `bar` with parity `parity` has completed */
+DEVICE_FN void wrw_mbar_wait(u32 bar, u32 parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WRW_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@done bra.uni WRW_DONE;\n"
+                 "bra.uni WRW_WAIT;\n"
+                 "WRW_DONE:\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+DEVICE_FN void wrw_mainloop_ws(const data_t* RESTRICT x, const data_t* RESTRICT dy, u32 base, u32 bars, int m0,
+                               int n0, int kt0, int nkt, float (&acc)[WG_ACC])
+{
+    const int tid = threadIdx.x;
+    const u32 full0 = bars, empty0 = bars + 8 * WG_STAGES;
+    if(tid == 0)
+    {
+#pragma unroll
+        for(int s = 0; s < WG_STAGES; ++s)
+        {
+            wrw_mbar_init(full0 + 8 * s, WG_LOADERS);
+            wrw_mbar_init(empty0 + 8 * s, WG_THREADS / 32);
+        }
+    }
+    __syncthreads();
+    if(tid >= WG_THREADS)
+    {
+        /* ---- the loaders: WG_LOADERS / 64 threads per pixel row, each the chunk columns
+           sub, sub + WG_LPR, ... of A and of B; a row's (n, p, q) is decoded once per k-tile,
+           each B column's tap offsets once per block ---- */
+        const int lt = tid - WG_THREADS;
+        const int row = lt / WG_LPR;
+        const int sub = lt - row * WG_LPR;
+        const u32 row_dst = (u32)(row * 128);
+        const int row_sw = row & 7;
+        int b_dh[WG_BCOLS], b_dw[WG_BCOLS], b_off[WG_BCOLS];
+        bool b_ok[WG_BCOLS];
+#pragma unroll
+        for(int i = 0; i < WG_BCOLS; ++i)
+        {
+            const int tap = n0 + (sub + i * WG_LPR) * 8;
+            const int rs = tap / IG_C;
+            const int r = rs / IG_S;
+            b_dh[i] = r * IG_DH - IG_PH;
+            b_dw[i] = (rs - r * IG_S) * IG_DW - IG_PW;
+            b_off[i] = (b_dh[i] * IG_W + b_dw[i]) * IG_C + (tap - rs * IG_C);
+            b_ok[i] = tap < WG_RSC;
+        }
+        int stage = 0;
+        u32 round = 0; /* how many times the ring has wrapped */
+        for(int t = 0; t < nkt; ++t)
+        {
+            if(round > 0)
+                wrw_mbar_wait(empty0 + 8 * stage, (round - 1) & 1);
+            const u32 stage_addr = base + stage * WG_STAGE_BYTES;
+            const int m = (kt0 + t) * 64 + row;
+            const bool m_ok = m < WG_NPQ;
+            const data_t* a_src = dy + (i64)m * IG_K + m0;
+#pragma unroll
+            for(int i = 0; i < WG_ACOLS; ++i)
+            {
+                const int ch = sub + i * WG_LPR;
+                const bool ok = m_ok && m0 + ch * 8 < IG_K;
+                const u32 dst = (u32)((ch >> 3) * 8192) + row_dst + (u32)(((ch & 7) ^ row_sw) << 4);
+                cp_async_16(stage_addr + dst, ok ? a_src + ch * 8 : dy, ok);
+            }
+            const int n = m / (IG_P * IG_Q);
+            const int pq = m - n * (IG_P * IG_Q);
+            const int p = pq / IG_Q;
+            const int ih0 = p * IG_SH;
+            const int iw0 = (pq - p * IG_Q) * IG_SW;
+            const data_t* b_src = x + (i64)((n * IG_H + ih0) * IG_W + iw0) * IG_C;
+#pragma unroll
+            for(int i = 0; i < WG_BCOLS; ++i)
+            {
+                const int ch = sub + i * WG_LPR;
+                const bool ok = b_ok[i] && m_ok && (unsigned)(ih0 + b_dh[i]) < (unsigned)IG_H &&
+                                (unsigned)(iw0 + b_dw[i]) < (unsigned)IG_W;
+                const u32 dst = (u32)((ch >> 3) * 8192) + row_dst + (u32)(((ch & 7) ^ row_sw) << 4);
+                cp_async_16(stage_addr + WG_A_BYTES + dst, ok ? b_src + b_off[i] : x, ok);
+            }
+            wrw_mbar_arrive_cp_async(full0 + 8 * stage);
+            if(++stage == WG_STAGES)
+                stage = 0, ++round;
+        }
+        cp_async_wait<0>();
+    }
+    else
+    {
+        /* ---- the MMA warpgroups ---- */
+        const int wg = tid >> 7;
+        const int wg_m = wg / WG_WN;
+        const int wg_n = wg - wg_m * WG_WN;
+        const u32 a_off = (u32)(wg_m * 8192);
+        const u32 b_off = (u32)(WG_A_BYTES + wg_n * (WG_NW / 64) * 8192);
+        const bool lead = (tid & 31) == 0;
+        int stage = 0, prev = WG_STAGES - 1;
+        u32 round = 0;
+        for(int t = 0; t < nkt; ++t)
+        {
+            wrw_mbar_wait(full0 + 8 * stage, round & 1);
+            fence_proxy_async(); /* the loaders' copies, seen through the barrier, to the async proxy */
+            const u32 st = base + stage * WG_STAGE_BYTES;
+            const u64 da = wgmma_desc_mn(st + a_off);
+            const u64 db = wgmma_desc_mn(st + b_off);
+            wgmma_fence();
+#pragma unroll
+            for(int ks = 0; ks < 4; ++ks)
+                wgmma_mn<WG_NW>(acc, da + 128 * ks, db + 128 * ks);
+            wgmma_commit();
+            wgmma_wait<1>(); /* this warpgroup's MMAs of k-tile t - 1 are retired */
+            wgmma_fence_regs(acc);
+            if(t > 0 && lead)
+                wrw_mbar_arrive(empty0 + 8 * prev);
+            prev = stage;
+            if(++stage == WG_STAGES)
+                stage = 0, ++round;
+        }
+        wgmma_wait<0>();
+        wgmma_fence_regs(acc);
+    }
+    __syncthreads(); /* the ring is free for the epilogue */
+}
+#endif
+
+/* The block's tile rounded to data_t through shared memory (the ring, idle), then 16-byte row
+   chunks into dw (WG_BN / 8 per row need not divide the threads). row_off(r): dw's element
+   offset of tile row r at the tile's first column, or -1 past K; columns at or past cols_left
+   do not exist. Ends with a barrier, so the ring may be refilled. */
+template <class RowOff>
+DEVICE_FN void store_rounded(uint4* smem, const float (&frag)[1][IG_NI][4], int wm0, int wn0, int lane, int tid,
+                             int cols_left, data_t* RESTRICT dw, RowOff& row_off)
+{
+    constexpr int PITCH = WG_BN + 8;
+    u32* ctile = reinterpret_cast<u32*>(smem);
+    const int row = wm0 + (lane >> 2);
+    const bool mma_thread = !WG_WS || tid < WG_THREADS; /* a WG_WS loader only meets the barriers */
+    if(mma_thread)
+    {
+#pragma unroll
+        for(int j = 0; j < IG_NI; ++j)
+        {
+            const int cc = wn0 + j * 8 + (lane & 3) * 2;
+            ctile[(row * PITCH + cc) / 2] = pack2(frag[0][j][0], frag[0][j][1]);
+            ctile[((row + 8) * PITCH + cc) / 2] = pack2(frag[0][j][2], frag[0][j][3]);
+        }
+    }
+    __syncthreads();
+    for(int e = mma_thread ? tid : WG_BM * WG_BCH; e < WG_BM * WG_BCH; e += WG_THREADS)
+    {
+        const int r = e / WG_BCH;
+        const int ch = e - r * WG_BCH;
+        const int off = row_off(r);
+        if(off >= 0 && ch * 8 < cols_left)
+            *reinterpret_cast<uint4*>(dw + off + ch * 8) = smem[(r * PITCH) / 8 + ch];
+    }
+    __syncthreads();
+}
+
+static_assert(!WG_WS || WG_CLUSTER == 1, "WG_WS: no clusters");
+
+KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
+    wgmma_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws)
+{
+    /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
+       at the first 1024-byte boundary (the swizzle's period) */
+    extern __shared__ __align__(1024) uint4 smem_raw[];
+    const u32 raw_base = smem_addr(smem_raw);
+    const u32 base = (raw_base + 1023u) & ~1023u;
+    [[maybe_unused]] uint4* smem = smem_raw + (base - raw_base) / 16;
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wg = warp >> 2;
+    const int wg_m = wg / WG_WN;
+    const int wg_n = wg - wg_m * WG_WN;
+    const int bid = blockIdx.x;
+    const int m0 = (bid / WG_TILES_N) * WG_BM;
+    const int n0 = (bid % WG_TILES_N) * WG_BN;
+    /* split-K: this block reduces pixel k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
+    const int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
+    const int kt1 = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K);
+
+    float acc[WG_ACC];
+#pragma unroll
+    for(int i = 0; i < WG_ACC; ++i)
+        acc[i] = 0.0f;
+#if WG_WS
+    /* the barriers past the ring and the epilogue's tile */
+    constexpr int ring = WG_STAGES * WG_STAGE_BYTES, tile_bytes = WG_BM * (WG_BN + 8) * 2;
+    wrw_mainloop_ws(x, dy, base, base + (ring > tile_bytes ? ring : tile_bytes), m0, n0, kt0, kt1 - kt0, acc);
+#else
+    wrw_mainloop(x, dy, base, m0, n0, kt0, kt1 - kt0, acc);
+#endif
 
     /* ---- epilogue: this warp's 16 x WG_NW tile as m16n8 fragments; tile row r is dw row m0 + r ---- */
     const float(&frag)[1][IG_NI][4] = *reinterpret_cast<const float(*)[1][IG_NI][4]>(acc);
@@ -286,7 +508,7 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     /* fp32 partials of this slice straight from the fragments */
     float* part = ws + (i64)blockIdx.y * IG_K * WG_RSC;
 #pragma unroll
-    for(int h = 0; h < 2; ++h)
+    for(int h = 0; h < 2 && (!WG_WS || tid < WG_THREADS); ++h)
     {
         const int off = row_off(wm0 + h * 8 + (lane >> 2));
         if(off < 0)
@@ -300,29 +522,7 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
         }
     }
 #else
-    /* rounded into shared memory, then 16-byte row chunks (WG_BN / 8 per row need not divide
-       the threads) */
-    {
-        constexpr int PITCH = WG_BN + 8;
-        u32* ctile = reinterpret_cast<u32*>(smem);
-        const int row = wm0 + (lane >> 2);
-#pragma unroll
-        for(int j = 0; j < IG_NI; ++j)
-        {
-            const int cc = wn0 + j * 8 + (lane & 3) * 2;
-            ctile[(row * PITCH + cc) / 2] = pack2(frag[0][j][0], frag[0][j][1]);
-            ctile[((row + 8) * PITCH + cc) / 2] = pack2(frag[0][j][2], frag[0][j][3]);
-        }
-        __syncthreads();
-        for(int e = tid; e < WG_BM * WG_BCH; e += WG_THREADS)
-        {
-            const int r = e / WG_BCH;
-            const int ch = e - r * WG_BCH;
-            const int off = row_off(r);
-            if(off >= 0 && ch * 8 < WG_RSC - n0)
-                *reinterpret_cast<uint4*>(dw + off + ch * 8) = smem[(r * PITCH) / 8 + ch];
-        }
-    }
+    store_rounded(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0, dw, row_off);
 #endif
 }
 

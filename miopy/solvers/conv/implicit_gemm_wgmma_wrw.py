@@ -13,7 +13,9 @@ each 64 rows by ``bn`` / ``wn`` columns, one wgmma m64nNk16 per 16-pixel slice o
 k-tile), the depth of the cp.async ring (``stages``), and the split of the long pixel reduction:
 ``cluster`` x ``parts`` slices, the ``cluster`` slices of a tile one thread-block cluster
 summing through distributed shared memory, the ``parts`` cluster sums fp32 partials in the
-workspace that a second kernel adds up (``parts`` = 1: the cluster writes dw itself)."""
+workspace that a second kernel adds up (``parts`` = 1: the cluster writes dw itself); ``ws`` = 1
+adds a producer warpgroup that alone fills the ring (mbarriers between it and the MMA
+warpgroups, which then never wait at a block-wide barrier inside the loop)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     # took up to twice as long as the same split without: they fit a GPC's SMs badly)
     "cluster": (1, 2, 4, 8),
     "parts": (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32),  # sums through the workspace
+    # 1: warp-specialised, a producer warpgroup fills the ring (mbarriers), the MMA warpgroups
+    # only compute; no clusters, at most 2 MMA warpgroups
+    "ws": (0, 1),
 }
 FIELDS = tuple(DOMAIN)
 WGMMA_WIDTHS = (64, 128, 192, 256)  # the N of one warpgroup's MMA
@@ -60,6 +65,11 @@ MAX_ACC_512 = 64  # accumulators per thread of a 512-thread block (128 registers
 # weights rank those as measured.
 DEFAULT_TILES_NARROW = {(64, 64, 1, 6): 1.0}  # K <= 64
 DEFAULT_TILES_WIDE = {(128, 192, 1, 4): 0.85, (256, 128, 1, 4): 0.9, (128, 128, 1, 6): 0.95}
+# Tiles whose default is warp-specialised where the grid is unsplit: on the H200 (2026-11-23,
+# scripts/bench_wgmma_wrw.py --configs ws) 7x7 K512 128 x 192 unsplit took 24.9 us fp16 / 25.1 us
+# bf16 warp-specialised against 26.5 / 26.6 us without; split into 5 or 20 parts (14x14, 28x28)
+# and the 128-column tiles it was slower (30.9 against 28.1 us, 33.7 against 28.9 us).
+WS_UNSPLIT_TILES = {(128, 192, 1)}
 SEARCH_TILES = (
     (64, 64, 1),
     (64, 128, 1),
@@ -70,14 +80,17 @@ SEARCH_TILES = (
     (128, 256, 2),
     (256, 128, 1),
 )
-SEARCH_STAGES = (3, 4, 6)
+SEARCH_STAGES = (3, 4, 5, 6)
+WS_SEARCH_STAGES = (4, 5, 6)  # warp-specialised: the ring runs stages - 1 k-tiles ahead
+LOADERS = 128  # the producer warpgroup of a warp-specialised config
+MAX_WS_MMA_THREADS = 256  # two MMA warpgroups beside it at most (registers)
 MAX_PARTS_ALONE = 32  # splits beyond this many slices sum in clusters of 2, 4 or 8 first
 
 
 def wrw_config(
-    bm: int, bn: int, wn: int = 1, stages: int = 4, cluster: int = 1, parts: int = 1
+    bm: int, bn: int, wn: int = 1, stages: int = 4, cluster: int = 1, parts: int = 1, ws: int = 0
 ) -> dict[str, int]:
-    return {"bm": bm, "bn": bn, "wn": wn, "stages": stages, "cluster": cluster, "parts": parts}
+    return {"bm": bm, "bn": bn, "wn": wn, "stages": stages, "cluster": cluster, "parts": parts, "ws": ws}
 
 
 def split_near(total: int) -> tuple[int, int]:
@@ -87,8 +100,14 @@ def split_near(total: int) -> tuple[int, int]:
 
 
 def threads(config: dict[str, int]) -> int:
-    """128 threads (one warpgroup) per 64 rows and per ``wn`` column block of the tile."""
+    """128 threads (one warpgroup) per 64 rows and per ``wn`` column block of the tile: the MMA
+    warpgroups."""
     return config["bm"] // 64 * config["wn"] * 128
+
+
+def block_threads(config: dict[str, int]) -> int:
+    """The MMA warpgroups and, warp-specialised, the producer warpgroup."""
+    return threads(config) + LOADERS * config.get("ws", 0)
 
 
 def slices(config: dict[str, int]) -> int:
@@ -114,13 +133,16 @@ def ring_bytes(config: dict[str, int]) -> int:
 
 def smem_bytes(config: dict[str, int]) -> int:
     """The ring of ``stages`` k-tiles of A and B (128 bytes per 64 columns and pixel), the
-    unsplit epilogue's rounded tile (rows of bn + 8 elements) or a cluster's fp32 partial tile
-    (rows of bn + 4 floats) where larger, plus the alignment slack."""
+    unsplit (or warp-specialised) epilogue's rounded tile (rows of bn + 8 elements) or a
+    cluster's fp32 partial tile (rows of bn + 4 floats) where larger, the mbarriers of a
+    warp-specialised config, plus the alignment slack."""
     need = ring_bytes(config)
-    if slices(config) == 1:
+    if slices(config) == 1 or config.get("ws", 0):
         need = max(need, config["bm"] * (config["bn"] + 8) * 2)
     if config["cluster"] > 1:
         need = max(need, config["bm"] * (config["bn"] + 4) * 4)
+    if config.get("ws", 0):
+        need += 16 * config["stages"]  # a full and an empty barrier per stage, past the rest
     return need + ALIGN_SLACK
 
 
@@ -135,7 +157,7 @@ def regs_per_thread(config: dict[str, int]) -> int:
 def blocks_per_sm(config: dict[str, int], smem: int) -> int:
     """Resident blocks of ``config`` on one SM by shared memory (``smem`` available) and
     registers (at least one)."""
-    by_regs = REGS // (threads(config) * regs_per_thread(config))
+    by_regs = REGS // (block_threads(config) * regs_per_thread(config))
     return max(1, min(smem // smem_bytes(config), by_regs))
 
 
@@ -145,7 +167,7 @@ def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
 
 
 def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
-    """wgmma_wrw, one block of ``threads(config)`` per dw tile (grid x) and slice of the
+    """wgmma_wrw, one block of ``block_threads(config)`` per dw tile (grid x) and slice of the
     reduction (grid y); with several parts igemm_splitk_reduce, one work item per 8 dw values.
     The shape and the config are defines (IG_<shape>, WG_BM, WG_BN, WG_WN, WG_STAGES,
     IG_SPLIT_K the slices, WG_CLUSTER; IG_CLUSTER where one cluster holds all slices)."""
@@ -158,10 +180,11 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
         "WG_STAGES": config["stages"],
         "IG_SPLIT_K": split,
         "WG_CLUSTER": config["cluster"],
+        "WG_WS": config.get("ws", 0),
     }
     if config["cluster"] > 1 and config["parts"] == 1:
         defines["IG_CLUSTER"] = 1
-    local = threads(config)
+    local = block_threads(config)
     grid = (tiles(problem, config) * local, split)
     specs = [KernelSpec("wgmma_wrw", "wgmma_wrw", defines, grid, (local, 1))]
     if config["parts"] > 1:
@@ -196,11 +219,12 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         return r * s == 1
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        """Exactly DOMAIN's fields with values from it; bn / wn one of the wgmma widths; at most
-        MAX_WARPGROUPS warpgroups (and the device's threads per block); slices of at least one
-        k-tile each; shared memory within the device's limit."""
-        if not isinstance(config, dict) or set(config) != set(DOMAIN):
-            return False
+        """Exactly DOMAIN's fields (``ws`` may be missing: 0) with values from it; bn / wn one of
+        the wgmma widths; at most MAX_WARPGROUPS warpgroups (and the device's threads per
+        block); warp-specialised only without clusters and with at most MAX_WS_MMA_THREADS MMA
+        threads; slices of at least one k-tile each; shared memory within the device's limit."""
+        if not isinstance(config, dict) or set(config) not in (set(DOMAIN), set(DOMAIN) - {"ws"}):
+            return False  # records from before "ws" mean ws = 0
         if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items()):
             return False
         if config["bn"] % config["wn"] or config["bn"] // config["wn"] not in WGMMA_WIDTHS:
@@ -209,8 +233,10 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
             return False
         if threads(config) == 512 and config["bn"] // config["wn"] // 2 > MAX_ACC_512:
             return False  # 128 registers per thread could not hold them
+        if config.get("ws", 0) and (config["cluster"] > 1 or threads(config) > MAX_WS_MMA_THREADS):
+            return False
         info = getattr(ctx, "info", None)
-        if info is not None and threads(config) > info.max_work_group_size:
+        if info is not None and block_threads(config) > info.max_work_group_size:
             return False
         if slices(config) > k_tiles(problem):
             return False  # slices with nothing to sum
@@ -269,8 +295,9 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """Of DEFAULT_TILES_NARROW (K <= 64) or DEFAULT_TILES_WIDE (fewer stages where shared
-        memory is short), each with fill_split's split, the one speed() ranks first; 64 x 64
-        with 3 stages where none is valid."""
+        memory is short), each with fill_split's split, the one speed() ranks first,
+        warp-specialised where it is unsplit and one of WS_UNSPLIT_TILES; 64 x 64 with 3 stages
+        where none is valid."""
         k = problem.w.lens[0]
         out, best = None, 0.0
         for (bm, bn, wn, stages), weight in (DEFAULT_TILES_NARROW if k <= 64 else DEFAULT_TILES_WIDE).items():
@@ -283,13 +310,18 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
             score = self.speed(ctx, problem, config, weight)
             if score > best:
                 out, best = config, score
+        if out and slices(out) == 1 and (out["bm"], out["bn"], out["wn"]) in WS_UNSPLIT_TILES:
+            ws = {**out, "ws": 1}
+            if self.is_valid_config(ctx, problem, ws):
+                out = ws
         return out or wrw_config(64, 64, 1, 3)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """SEARCH_TILES no taller than the next power of two of K (at least 64) and no wider
         than the next multiple of 64 of R*S*C, with SEARCH_STAGES, each with fill_split's split,
-        that split in clusters of 2 (where even), and half and twice as many slices. The default
-        config where none is valid."""
+        that split in clusters of 2 (where even), and half and twice as many slices; then each
+        tile warp-specialised with WS_SEARCH_STAGES and fill_split's split. The default config
+        where none is valid."""
         k, c, r, s = problem.w.lens
         cap_m = max(64, 1 << (k - 1).bit_length())
         cap_n = max(64, -(-(r * s * c) // 64) * 64)
@@ -311,4 +343,8 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
             for factor in (0.5, 2):
                 cluster, parts = split_near(max(1, round(total * factor)))
                 add({**base, "cluster": cluster, "parts": parts})
+        for (bm, bn, wn), stages in itertools.product(SEARCH_TILES, WS_SEARCH_STAGES):
+            base = wrw_config(bm, bn, wn, stages, ws=1)
+            if bm <= cap_m and bn <= cap_n and self.is_valid_config(ctx, problem, base):
+                add(self.fill_split(ctx, problem, base))
         return out or [self.default_config(ctx, problem)]
