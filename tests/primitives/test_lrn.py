@@ -199,5 +199,8 @@ def test_channels_chunk_gpu_kernel_on_opencl(ocl, monkeypatch, dtype, size):
             p = LRNProblem.create(x, "cross", size, 0.7, 0.75, 1.5, direction, save)
             if x.element_count % (16 // p.dtype.itemsize):
                 continue
-            ran = run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng))
-            assert "LrnChannelsChunk" in ran
+            # only the chunk kernels: the other solvers build for seconds each on a cold PoCL cache
+            ran = run_all(
+                ocl, p, ref, BASE[p.dtype] * 4, buffers=ref.random_buffers(p, rng), only=("LrnChannelsChunk",)
+            )
+            assert ran == ["LrnChannelsChunk"]

@@ -6,7 +6,9 @@ shapes (32x64x112x112, 32x256x56x56 ...) whose channels are too long for a clust
 
 Every work-group must be resident at once: the grid is the SMs times the work-groups per SM that
 ``__launch_bounds__`` guarantees (BNG_MINB), each work-group's shared memory within its share of
-the SM's. A small first launch zeroes the barrier's counter in the workspace.
+the SM's, and the kernel is launched cooperatively, so the driver co-schedules the whole grid (or
+refuses it with an error) even on a GPU that other work shares. A small first launch zeroes the
+barrier's counter in the workspace.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ def grid_program(problem, plan: GridPlan) -> Program:
     args += (Scalar("exp_avg_factor", "float32", getattr(problem, "exp_avg_factor", 1.0)),)
     steps = (
         Launch(reset, (Workspace(), np.int32(counter))),
-        Launch(spec, args, shared_mem=plan.shared),
+        Launch(spec, args, shared_mem=plan.shared, cooperative=True),
     )
     return Program(steps, nbytes)
 
