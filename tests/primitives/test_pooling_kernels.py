@@ -83,6 +83,36 @@ def test_cpu_forward_kernels(ocl, dtype):
             check_pool(ocl, make_solution(ocl, problem, FWD["direct"]), rng)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cpu_backward_kernels(ocl, dtype):
+    """PoolingBwdCpu: pool_bwd_rows_cpu (NCHW rows: stride 1, stride 2 with an odd and an even
+    window, stride 3 by lanes; rows past the last output; padding at both edges; 3-D) and
+    pool_bwd_channels_cpu (NHWC cells of 2 x 2 and 1 x 3 positions, a partial block of 8
+    channels), max with the index in the window (u8) and in the image (u32), average with and
+    without the padding; the same programs as test_cpu_forward_kernels (compiled once)."""
+    from miopy.solvers.pool import PoolingBwdCpu
+
+    rng = np.random.default_rng(43)
+    solver = PoolingBwdCpu()
+    cases = [
+        ("NCHW", (1, 2, 5, 37), (3, 3), (1, 1), (1, 1)),
+        ("NCHW", (1, 2, 6, 21), (3, 2), (2, 2), (1, 1)),
+        ("NCHW", (1, 1, 4, 25), (2, 4), (1, 3), (0, 2)),
+        ("NHWC", (1, 11, 5, 6), (3, 3), (2, 2), (1, 1)),
+        ("NHWC", (1, 9, 3, 8), (2, 4), (1, 3), (0, 2)),
+        ("NCDHW", (1, 2, 3, 4, 10), (2, 2, 3), (1, 2, 2), (1, 0, 1)),
+    ]
+    kinds = (("max", "mask", "u8"), ("max", "image", "u32"), ("avg", "mask", "u8"))
+    for mode, index_mode, index_type in kinds:
+        for layout, lens, window, stride, pad in cases:
+            kind = "avg_in" if mode == "avg" and stride[-1] == 3 else mode  # padding counted
+            desc = PoolingDesc(kind, window, stride, pad, index_mode=index_mode, index_type=index_type)
+            problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "B")
+            assert solver.is_applicable(ocl, problem) is None
+            check_pool(ocl, make_solution(ocl, problem, solver), rng)
+    assert solver.is_applicable(CudaLike(), problem).startswith("backend ")
+
+
 def test_vec_not_applicable():
     nchw = PoolingProblem.create(PoolingDesc(), TensorDesc("fp16", (1, 16, 8, 8)))
     assert FWD["vec"].is_applicable(None, nchw) == "x is not channels-last"

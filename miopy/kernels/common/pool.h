@@ -834,15 +834,33 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
 #define POOL_PAD_VALUE 0.0f
 #endif
 
+/* lanes w0 .. w0 + 7 of a row of `len` (w0 may be negative): those inside. The edges store lane
+   by lane from the register (through a private array, the reload missed store forwarding: a
+   fifth of the backward kernel's time) */
+DEVICE_FN void pool_store_span_f8(GLOBAL data_t* p, i64 base, int w0, int len, float8 v)
+{
+    if(w0 >= 0 && w0 + 8 <= len)
+    {
+        store_f8(p, base + w0, v);
+        return;
+    }
+#define POOL_LANE(k, e)                                                                            \
+    if(w0 + (k) >= 0 && w0 + (k) < len)                                                            \
+        STORE(p, base + w0 + (k), v.e);
+    POOL_LANE(0, s0) POOL_LANE(1, s1) POOL_LANE(2, s2) POOL_LANE(3, s3)
+    POOL_LANE(4, s4) POOL_LANE(5, s5) POOL_LANE(6, s6) POOL_LANE(7, s7)
+#undef POOL_LANE
+}
+
 /* lanes l0 .. l0 + 7 of a contiguous run of `len` elements, `fill` at and past len */
 DEVICE_FN float8 pool_lanes_f8(const GLOBAL data_t* p, i64 base, int l0, int len, float fill)
 {
     if(l0 + 8 <= len)
         return load_f8(p, base + l0);
-    float a[8];
-    for(int l = 0; l < 8; ++l)
-        a[l] = l0 + l < len ? LOAD(p, base + l0 + l) : fill;
-    return vload8(0, a);
+#define POOL_LANE(k) (l0 + (k) < len ? LOAD(p, base + l0 + (k)) : fill)
+    return (float8)(POOL_LANE(0), POOL_LANE(1), POOL_LANE(2), POOL_LANE(3), POOL_LANE(4), POOL_LANE(5),
+                    POOL_LANE(6), POOL_LANE(7));
+#undef POOL_LANE
 }
 
 DEVICE_FN void pool_store_lanes_f8(GLOBAL data_t* p, i64 base, int l0, int len, float8 v)
@@ -852,18 +870,17 @@ DEVICE_FN void pool_store_lanes_f8(GLOBAL data_t* p, i64 base, int l0, int len, 
         store_f8(p, base + l0, v);
         return;
     }
-    float a[8];
-    vstore8(v, 0, a);
-    for(int l = 0; l < 8 && l0 + l < len; ++l)
-        STORE(p, base + l0 + l, a[l]);
+    pool_store_span_f8(p, base, l0, len, v);
 }
 
 DEVICE_FN void pool_store_index8(GLOBAL idx_t* ip, i64 base, i64 step, int count, int8 arg)
 {
-    int a[8];
-    vstore8(arg, 0, a);
-    for(int l = 0; l < count; ++l)
-        ip[base + l * step] = (idx_t)(uint)a[l];
+#define POOL_LANE(k, e)                                                                            \
+    if((k) < count)                                                                                \
+        ip[base + (k) * step] = (idx_t)(uint)arg.e;
+    POOL_LANE(0, s0) POOL_LANE(1, s1) POOL_LANE(2, s2) POOL_LANE(3, s3)
+    POOL_LANE(4, s4) POOL_LANE(5, s5) POOL_LANE(6, s6) POOL_LANE(7, s7)
+#undef POOL_LANE
 }
 
 KERNEL void pool_fwd_rows_cpu(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT yp,
@@ -1022,6 +1039,263 @@ KERNEL void pool_fwd_channels_cpu(const GLOBAL data_t* RESTRICT xp, GLOBAL data_
 #if POOL_MODE == 0 && POOL_SAVE_INDEX
         pool_store_index8(ip, n * in_ + od * id_ + oh * ih_ + ow * iw_ + (i64)c0 * ic, ic, C - c0 < 8 ? C - c0 : 8, g);
 #endif
+    }
+}
+
+/* pool_bwd_{rows,channels}_cpu: backward pooling for CPU OpenCL devices, the same results as
+   pool_bwd (each dx element sums the dy of the windows covering it; max: those whose index names
+   it) with no atomics: every work item writes only its own dx elements.
+   *_rows_cpu: dx, dy and the index rows contiguous (W stride 1): a work item per POOL_BWD_RH dx
+   rows. The output rows covering a dx row are staged (dy, scaled for the average; the index as
+   int) in private rows padded with 8 zeros / -1 on both sides. The dx row is then computed in
+   phases: positions m * sw + r take, for every tap fx = r, r + sw, ..., the output
+   m - (fx - r) / sw, so that 8 positions of a phase are one unaligned load of the staged row per
+   tap (max: masked where the index names another window position); stride 2 interleaves its two
+   phases into 16 contiguous positions, other strides store lane by lane.
+   *_channels_cpu: dx, dy and the index channels contiguous: a work item per cell of SH x SW dx
+   positions, 8 channels at a time, each output covering the cell read once for all of them. */
+DEVICE_FN int8 pool_index_lanes8(const GLOBAL idx_t* ip, i64 base, int l0, int len, i64 step)
+{
+    if(step == 1 && l0 >= 0 && l0 + 8 <= len)
+    {
+        /* lanes shifted out of whole words in vector operations */
+        const GLOBAL idx_t* q = ip + base + l0;
+#if POOL_INDEX_TYPE == 0
+        const uint w0 = (uint)q[0] | ((uint)q[1] << 8) | ((uint)q[2] << 16) | ((uint)q[3] << 24);
+        const uint w1 = (uint)q[4] | ((uint)q[5] << 8) | ((uint)q[6] << 16) | ((uint)q[7] << 24);
+        const uint8 words = (uint8)(w0, w0, w0, w0, w1, w1, w1, w1);
+        return as_int8((words >> (uint8)(0, 8, 16, 24, 0, 8, 16, 24)) & 0xffu);
+#elif POOL_INDEX_TYPE == 1
+        const uint w0 = (uint)q[0] | ((uint)q[1] << 16), w1 = (uint)q[2] | ((uint)q[3] << 16);
+        const uint w2 = (uint)q[4] | ((uint)q[5] << 16), w3 = (uint)q[6] | ((uint)q[7] << 16);
+        const uint8 words = (uint8)(w0, w0, w1, w1, w2, w2, w3, w3);
+        return as_int8((words >> (uint8)(0, 16, 0, 16, 0, 16, 0, 16)) & 0xffffu);
+#elif POOL_INDEX_TYPE == 2
+        return as_int8(vload8(0, q));
+#else
+        const ulong8 u = vload8(0, q);
+        return (int8)((int)u.s0, (int)u.s1, (int)u.s2, (int)u.s3, (int)u.s4, (int)u.s5, (int)u.s6, (int)u.s7);
+#endif
+    }
+#define POOL_LANE(k) (l0 + (k) >= 0 && l0 + (k) < len ? (int)ip[base + (i64)(l0 + (k)) * step] : -1)
+    return (int8)(POOL_LANE(0), POOL_LANE(1), POOL_LANE(2), POOL_LANE(3), POOL_LANE(4), POOL_LANE(5),
+                  POOL_LANE(6), POOL_LANE(7));
+#undef POOL_LANE
+}
+
+/* one output row staged for pool_bwd_rows_cpu: dy times `scale` (average excluding the padding:
+   divided by each window's positions, `scale` holding its rows) at g[8 + o], the index at
+   q[8 + o] (max), zero / -1 for o outside [0, Wo), up to o < end */
+DEVICE_FN void pool_stage_row(const GLOBAL data_t* RESTRICT dyp, const GLOBAL idx_t* RESTRICT ip, i64 yrow,
+                              i64 irow, i64 iw_, int Wo, int end, float scale, int sw, int pw, int kw, int Wi,
+                              float* g, int* q)
+{
+    vstore8((float8)(0.0f), 0, g);
+#if POOL_MODE == 0
+    vstore8((int8)(-1), 0, q);
+#endif
+    for(int o0 = 0; o0 < end; o0 += 8)
+    {
+        float8 v = pool_lanes_f8(dyp, yrow, o0, Wo, 0.0f);
+#if POOL_MODE == 1
+        const float8 ws = (float8)((float)(o0 * sw - pw)) +
+                          (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f) * (float)sw;
+        const float8 cols = fmin(ws + (float)kw, (float8)((float)Wi)) - fmax(ws, (float8)(0.0f));
+        v = v / fmax(scale * cols, (float8)(1.0f));
+#elif POOL_MODE == 2
+        v = v * scale;
+#endif
+        vstore8(v, 0, g + 8 + o0);
+#if POOL_MODE == 0
+        vstore8(pool_index_lanes8(ip, irow, o0, Wo, iw_), 0, q + 8 + o0);
+#endif
+    }
+}
+
+/* pool_bwd_rows_cpu's staged output rows: at most POOL_BWD_STAGES cover a dx row, each at most
+   POOL_BWD_ROW - 8 long with its padding (the solver checks both) */
+#define POOL_BWD_ROW 520
+#define POOL_BWD_STAGES 4
+#define POOL_BWD_RH 8 /* dx rows per work item */
+
+KERNEL void pool_bwd_rows_cpu(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT dyp,
+                              const GLOBAL idx_t* RESTRICT ip, POOL_SHAPE_ARGS)
+{
+    const u32 chunks = ((u32)Hi + POOL_BWD_RH - 1) / POOL_BWD_RH;
+    const u32 t = (u32)GLOBAL_ID0;
+    if(t >= (u32)N * C * Di * chunks)
+        return;
+    const int h0 = (int)(t % chunks) * POOL_BWD_RH;
+    const u32 r1 = t / chunks;
+    const int di = (int)(r1 % (u32)Di);
+    const u32 nc = r1 / (u32)Di;
+    const i64 n = nc / (u32)C, c = nc % (u32)C;
+    const int ms8 = ((Wi + pw + sw - 1) / sw + 7) / 8 * 8; /* phase positions m: (m * sw + r - pw) */
+    const int staged = max(ms8, (Wo + 7) / 8 * 8) + 8;   /* outputs staged, from -8 */
+    const int od0 = pool_first_out(di, pd, sd, kd), od1 = min((di + pd) / sd + 1, Do);
+    float g[POOL_BWD_STAGES][POOL_BWD_ROW];
+    int q[POOL_BWD_STAGES][POOL_BWD_ROW];
+    int tap0[POOL_BWD_STAGES];
+    for(int hi = h0; hi < min(h0 + POOL_BWD_RH, Hi); ++hi)
+    {
+        const int oh0 = pool_first_out(hi, ph, sh, kh), oh1 = min((hi + ph) / sh + 1, Ho);
+        int k = 0; /* the output rows covering dx row (di, hi), staged */
+        for(int od = od0; od < od1; ++od)
+        {
+            const int fz = di - (od * sd - pd);
+#if POOL_MODE == 1
+            const int dz = min(od * sd - pd + kd, Di) - max(od * sd - pd, 0);
+#endif
+            for(int oh = oh0; oh < oh1; ++oh, ++k)
+            {
+#if POOL_MODE == 1
+                const float scale = (float)(dz * (min(oh * sh - ph + kh, Hi) - max(oh * sh - ph, 0)));
+#else
+                const float scale = 1.0f / (float)(kd * kh * kw);
+#endif
+                pool_stage_row(dyp, ip, n * yn + c * yc + od * yd + oh * yh, n * in_ + c * ic + od * id_ + oh * ih_,
+                               iw_, Wo, staged, scale, sw, pw, kw, Wi, g[k], q[k]);
+                tap0[k] = (fz * kh + hi - (oh * sh - ph)) * kw; /* the window index of tap fx = 0 */
+            }
+        }
+        const i64 xrow = n * xn + c * xc + di * xd + hi * xh;
+        for(int m0 = 0; m0 < ms8; m0 += 8)
+        {
+#if POOL_MODE == 0 && POOL_INDEX_IMAGE
+            const int8 want = (int8)((di * Hi + hi) * Wi + m0 * sw - pw) + (int8)(0, 1, 2, 3, 4, 5, 6, 7) * sw;
+#define POOL_TAP_ADD(acc, s, at, fx, r)                                                           \
+    acc += select((float8)(0.0f), vload8(0, g[s] + (at)), vload8(0, q[s] + (at)) == want + (r))
+#elif POOL_MODE == 0
+#define POOL_TAP_ADD(acc, s, at, fx, r)                                                           \
+    acc += select((float8)(0.0f), vload8(0, g[s] + (at)), vload8(0, q[s] + (at)) == (int8)(tap0[s] + (fx)))
+#else
+#define POOL_TAP_ADD(acc, s, at, fx, r) acc += vload8(0, g[s] + (at))
+#endif
+            /* phase r: positions (m0 + l) * sw + r, lane l from output m0 + l - (fx - r) / sw */
+            if(sw == 1)
+            {
+                float8 acc = (float8)(0.0f);
+                for(int s = 0; s < k; ++s)
+                    for(int fx = 0; fx < kw; ++fx)
+                        POOL_TAP_ADD(acc, s, 8 + m0 - fx, fx, 0);
+                pool_store_span_f8(dxp, xrow, m0 - pw, Wi, acc);
+            }
+            else if(sw == 2)
+            {
+                float8 even = (float8)(0.0f), odd = (float8)(0.0f);
+                for(int s = 0; s < k; ++s)
+                {
+                    for(int fx = 0; fx < kw; fx += 2)
+                        POOL_TAP_ADD(even, s, 8 + m0 - fx / 2, fx, 0);
+                    for(int fx = 1; fx < kw; fx += 2)
+                        POOL_TAP_ADD(odd, s, 8 + m0 - fx / 2, fx, 1);
+                }
+                float16 both;
+                both.even = even;
+                both.odd = odd;
+                pool_store_span_f8(dxp, xrow, 2 * m0 - pw, Wi, both.lo);
+                pool_store_span_f8(dxp, xrow, 2 * m0 + 8 - pw, Wi, both.hi);
+            }
+            else
+            {
+                for(int r = 0; r < sw; ++r)
+                {
+                    float8 acc = (float8)(0.0f);
+                    for(int s = 0; s < k; ++s)
+                        for(int fx = r; fx < kw; fx += sw)
+                            POOL_TAP_ADD(acc, s, 8 + m0 - (fx - r) / sw, fx, r);
+                    float a[8];
+                    vstore8(acc, 0, a);
+                    for(int l = 0; l < 8; ++l)
+                    {
+                        const int w = (m0 + l) * sw + r - pw;
+                        if(w >= 0 && w < Wi)
+                            STORE(dxp, xrow + w, a[l]);
+                    }
+                }
+            }
+#undef POOL_TAP_ADD
+        }
+    }
+}
+
+#define POOL_BWD_CELL 16 /* pool_bwd_channels_cpu: positions of a cell (the solver checks SH x SW) */
+
+KERNEL void pool_bwd_channels_cpu(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT dyp,
+                                  const GLOBAL idx_t* RESTRICT ip, POOL_SHAPE_ARGS)
+{
+    /* a work item per cell of SH x SW dx positions (the stride): each output covering the cell is
+       read once for all of its positions */
+    const u32 cells_h = ((u32)Hi + sh - 1) / sh, cells_w = ((u32)Wi + sw - 1) / sw;
+    const u32 t = (u32)GLOBAL_ID0;
+    if(t >= (u32)N * Di * cells_h * cells_w)
+        return;
+    const int wc = (int)(t % cells_w) * sw;
+    const u32 r1 = t / cells_w;
+    const int hc = (int)(r1 % cells_h) * sh;
+    const u32 r2 = r1 / cells_h;
+    const int di = (int)(r2 % (u32)Di);
+    const i64 n = r2 / (u32)Di;
+    const int nh = min(sh, Hi - hc), nw = min(sw, Wi - wc);
+    const int od0 = pool_first_out(di, pd, sd, kd), od1 = min((di + pd) / sd + 1, Do);
+    const int oh0 = pool_first_out(hc, ph, sh, kh), oh1 = min((hc + nh - 1 + ph) / sh + 1, Ho);
+    const int ow0 = pool_first_out(wc, pw, sw, kw), ow1 = min((wc + nw - 1 + pw) / sw + 1, Wo);
+    for(int c0 = 0; c0 < C; c0 += 8)
+    {
+        float8 acc[POOL_BWD_CELL];
+        for(int j = 0; j < nh * nw; ++j)
+            acc[j] = (float8)(0.0f);
+        for(int od = od0; od < od1; ++od)
+        {
+            const int z0 = od * sd - pd;
+            for(int oh = oh0; oh < oh1; ++oh)
+            {
+                const int y0 = oh * sh - ph;
+                for(int ow = ow0; ow < ow1; ++ow)
+                {
+                    const int x0 = ow * sw - pw;
+                    float8 g = pool_lanes_f8(dyp, n * yn + od * yd + oh * yh + ow * yw, c0, C, 0.0f);
+#if POOL_MODE == 0
+                    const int8 got = pool_index_lanes8(ip, n * in_ + od * id_ + oh * ih_ + ow * iw_, c0, C, ic);
+#elif POOL_MODE == 1
+                    const int count = (min(z0 + kd, Di) - max(z0, 0)) * (min(y0 + kh, Hi) - max(y0, 0)) *
+                                      (min(x0 + kw, Wi) - max(x0, 0));
+                    g = g * (1.0f / (float)(count > 0 ? count : 1));
+#endif
+                    for(int a = 0; a < nh; ++a)
+                    {
+                        const int fy = hc + a - y0;
+                        if(fy < 0 || fy >= kh)
+                            continue;
+                        for(int b = 0; b < nw; ++b)
+                        {
+                            const int fx = wc + b - x0;
+                            if(fx < 0 || fx >= kw)
+                                continue;
+#if POOL_MODE == 0
+#if POOL_INDEX_IMAGE
+                            const int want = (di * Hi + hc + a) * Wi + wc + b;
+#else
+                            const int want = ((di - z0) * kh + fy) * kw + fx;
+#endif
+                            acc[a * nw + b] += select((float8)(0.0f), g, got == (int8)(want));
+#else
+                            acc[a * nw + b] += g;
+#endif
+                        }
+                    }
+                }
+            }
+        }
+        for(int a = 0; a < nh; ++a)
+            for(int b = 0; b < nw; ++b)
+            {
+                float8 v = acc[a * nw + b];
+#if POOL_MODE == 2
+                v = v * (1.0f / (float)(kd * kh * kw));
+#endif
+                pool_store_lanes_f8(dxp, n * xn + di * xd + (hc + a) * xh + (wc + b) * xw, c0, C, v);
+            }
     }
 }
 #endif

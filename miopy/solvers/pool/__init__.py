@@ -1,5 +1,7 @@
-"""Pooling solvers, forward and backward: channels-last vectorised, and direct (any layout)."""
+"""Pooling solvers, forward and backward: channels-last vectorised, direct (any layout), and the
+backward for CPU OpenCL devices."""
 
+from miopy.solvers.pool.cpu_bwd import PoolingBwdCpu
 from miopy.solvers.pool.direct import PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
 
-__all__ = ["PoolingBwdDirect", "PoolingBwdVec", "PoolingFwdDirect", "PoolingFwdVec"]
+__all__ = ["PoolingBwdCpu", "PoolingBwdDirect", "PoolingBwdVec", "PoolingFwdDirect", "PoolingFwdVec"]
