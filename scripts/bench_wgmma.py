@@ -7,13 +7,14 @@ output first. Before the sweep, a few small GEMM-like problems show where wrong 
 row and column block), should any config be wrong. Needs torch, cupy and cuda-bindings.
 
     python scripts/bench_wgmma.py [--dtypes fp16] [--layers 0,1,2,3] [--directions F,B]
-        [--configs all|wide|focus|variants|default] [--flush] [--json out.json]
+        [--configs all|wide|focus|variants|default|sk] [--flush] [--json out.json]
 
 ``--directions B`` sweeps ConvWgmmaBwdNhwc (backward data) against cuDNN's dx; ``--configs focus``
 keeps the 4-stage configs that are warp-specialized or of 256 rows, split at most 4 ways (the
 default first); ``--configs variants`` the default's tile and a few near-tied ones, with both
-warp-specialized pipelines (``ws`` 1 and 2) and 3 to 6 stages; ``--flush`` times with the L2
-flushed before each launch, as benchmarks/conv.py does.
+warp-specialized pipelines (``ws`` 1 and 2) and 3 to 6 stages; ``--configs sk`` the default and
+stream-K over every resident block for a few block tiles (SK_TILES) and both pipelines;
+``--flush`` times with the L2 flushed before each launch, as benchmarks/conv.py does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import json
 import statistics
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +35,11 @@ from miopy.engine.bench import compile_all
 from miopy.engine.candidates import make_solution
 from miopy.problem.conv import ConvDesc, ConvProblem
 from miopy.solution import InvokeArgs
+from miopy.solvers.conv.igemm_common import compute_units
 from miopy.solvers.conv.implicit_gemm_wgmma import (
     ConvWgmmaBwdNhwc,
     ConvWgmmaFwdNhwc,
+    blocks_per_sm,
     wg_config,
 )
 from miopy.tensor import TensorDesc
@@ -73,6 +77,31 @@ def variants(solver, handle, problem, layer: int, default: dict) -> list[dict]:
                 config = wg_config(bm, bn, stages, split, ws)
                 if solver.is_valid_config(handle, problem, config) and config not in out:
                     out.append(config)
+    return out
+
+
+# Block tiles (bm, bn, stages) timed as stream-K over every resident block by --configs sk
+SK_TILES = [
+    (128, 128, 4),
+    (128, 128, 6),
+    (128, 256, 3),
+    (256, 128, 4),
+    (192, 128, 4),
+    (192, 64, 4),
+    (128, 64, 4),
+]
+
+
+def stream_k(solver, handle, problem) -> list[dict]:
+    """SK_TILES, each warp-specialized both ways (ws 1, 2), as stream-K over compute units x
+    blocks per SM blocks, where valid."""
+    out = []
+    for bm, bn, stages in SK_TILES:
+        for ws in (1, 2):
+            config = wg_config(bm, bn, stages, ws=ws)
+            config["sk"] = compute_units(handle) * blocks_per_sm(handle, config)
+            if solver.is_valid_config(handle, problem, config):
+                out.append(config)
     return out
 
 
@@ -156,11 +185,12 @@ def diagnose_bwd(handle) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--configs", default="all", choices=["all", "wide", "focus", "variants", "default"])
+    ap.add_argument("--configs", default="all", choices=["all", "wide", "focus", "variants", "default", "sk"])
     ap.add_argument("--directions", default="F")
     ap.add_argument("--flush", action="store_true")
     ap.add_argument("--layers", default="0,1,2,3")
     ap.add_argument("--json", default="")
+    ap.add_argument("--extra", default="[]", help="a JSON list of configs timed after the chosen ones")
     ap.add_argument("--no-diag", action="store_true")
     args = ap.parse_args()
     handle = handle_next_to_cudnn()
@@ -197,7 +227,9 @@ def main() -> int:
             problem = problem_of(dtype, BATCH, c, hw, k, 3, 1, direction)
             flops = 2.0 * BATCH * hw * hw * k * c * 9
             configs = [solver.default_config(handle, problem)]
-            if args.configs == "variants":
+            if args.configs == "sk":
+                configs += [cfg for cfg in stream_k(solver, handle, problem) if cfg not in configs]
+            elif args.configs == "variants":
                 configs += [
                     cfg for cfg in variants(solver, handle, problem, index, configs[0]) if cfg not in configs
                 ]
@@ -208,6 +240,8 @@ def main() -> int:
                 elif args.configs == "focus":
                     space = focus(space)
                 configs += [cfg for cfg in space if cfg not in configs]
+            extra = [{"split_k": 1, "ws": 0, "sk": 0, **c} for c in json.loads(args.extra)]
+            configs += [c for c in extra if c not in configs and solver.is_valid_config(handle, problem, c)]
             sols = compile_all(handle, [make_solution(handle, problem, solver, cfg) for cfg in configs])
             be = handle.backend
             wb, ib, ob = be.wrap(w), [be.wrap(t) for t in ins], [be.wrap(t) for t in outs]
@@ -215,7 +249,8 @@ def main() -> int:
             def facts(sol, problem=problem, solver=solver):
                 smem = solver.launch_smem(handle, sol.config)
                 blocks = solver.grid_blocks(problem, sol.config)
-                return {"blocks": blocks, "smem": smem, **kernel_facts(handle, sol, smem)}
+                gemm = types.SimpleNamespace(kernels=[k for k in sol.kernels if k.name == "wgmma_fwd"])
+                return {"blocks": blocks, "smem": smem, **kernel_facts(handle, gemm, smem)}
 
             if direction == "F":
                 tensor_sets = [{"x": ib[i], "w": wb, "y": ob[i]} for i in range(SETS)]

@@ -21,8 +21,10 @@ from miopy.solvers.conv.implicit_gemm_wgmma import (
     DOMAIN,
     ConvWgmmaBwdNhwc,
     ConvWgmmaFwdNhwc,
+    blocks_per_sm,
     grid_blocks,
     k_tiles,
+    min_blocks,
     smem_bytes,
     threads,
     wg_config,
@@ -358,6 +360,8 @@ def test_wgmma_warp_specialized_cluster_split(handle):
             wg_config(192, 128, 4, 3, ws=1),
         ),
         (BWD, make("bf16", (3, 72, 10, 13), (48, 72, 3, 3), "B", pads=(1, 1)), wg_config(192, 64, 4, ws=1)),
+        # two blocks per SM (WG_MINB 2) with a cluster split
+        (BWD, make("fp16", (4, 200, 7, 7), (96, 200, 3, 3), "B", pads=(1, 0)), wg_config(128, 64, 4, 2, 1)),
     ]
     for solver, problem, config in cases:
         for ws in (1, 2):  # 2: the copies complete the stages' barriers themselves
@@ -409,3 +413,108 @@ def test_wgmma_bwd_random_problems(handle, dtype):
                 if BWD.is_valid_config(handle, problem, wg_config(bm, bn, 4, ws=ws)):
                     support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4, ws=ws))
     support.check_solver(handle, BWD, problem, rng, wg_config(128, 128, 4, 3))
+
+
+def test_two_blocks_per_sm_register_bound():
+    """64-wide blocks of up to 384 threads that two fit an SM's shared memory are compiled for two
+    blocks per SM (WG_MINB 2: the backward kernel's registers bounded as the forward's are)."""
+    l3b = make("fp16", (32, 64, 56, 56), (64, 64, 3, 3), "B", pads=(1, 1))
+    config = BWD.default_config(CTX, l3b)
+    assert config == wg_config(128, 64, 4, ws=1) and min_blocks(config) == blocks_per_sm(CTX, config) == 2
+    (launch,) = BWD.get_program(CTX, l3b, config).steps
+    assert dict(launch.spec.defines)["WG_MINB"] == 2 and 2 * (launch.shared_mem + 1024) <= 233_472
+    assert min_blocks(wg_config(128, 64, 4, 2, ws=1)) == 2  # a cluster split's fp32 tile fits too
+    for one in (
+        wg_config(128, 128, 4, ws=1),  # 64 accumulators
+        wg_config(192, 64, 4, ws=2),  # 512 threads
+        wg_config(128, 64, 5, ws=1),  # 5 stages: 120 KB
+        wg_config(128, 64, 4, ws=1, sk=132),
+    ):
+        assert min_blocks(one) == 1, one
+        (launch,) = SOLVER.get_program(CTX, RESNET[3], one).steps
+        assert "WG_MINB" not in dict(launch.spec.defines)
+
+
+# ---- stream-K ------------------------------------------------------------------------------------
+def test_stream_k_configs_and_geometry():
+    """sk: warp-specialized, unsplit, within the resident blocks and the (tile, k-tile) steps; one
+    launch of sk blocks on the workspace (64-bit flags, one fp32 partial tile per block), shared
+    memory for its own output tile; configs from before the field (no sk) stay valid."""
+    l12 = RESNET[3]
+    config = wg_config(128, 128, 4, ws=1, sk=132)
+    assert SOLVER.is_valid_config(CTX, l12, config)
+    (gemm,) = SOLVER.get_program(CTX, l12, config).steps
+    assert gemm.spec.name == "wgmma_fwd" and dict(gemm.spec.defines)["WG_SK"] == 132
+    assert gemm.spec.global_size == (132 * 384, 1) and grid_blocks(l12, config) == 132
+    assert SOLVER.workspace_size(CTX, l12, config) == 4 * (320 + 132 * 128 * 128)
+    assert gemm.shared_mem == 4 * 256 * 128 + 256 + 128 * 136 * 2 + 1024
+    unsplit = SOLVER.get_program(CTX, l12, wg_config(128, 128, 4, ws=1)).steps[0]
+    assert "WG_SK" not in dict(unsplit.spec.defines)
+    for bad in (
+        {**config, "ws": 0},
+        {**config, "split_k": 2},
+        {**config, "sk": 133},  # more than one block per SM
+        {**config, "sk": 1},
+        {**config, "sk": -1},
+        {**config, "sk": 132.0},
+    ):
+        assert not SOLVER.is_valid_config(CTX, l12, bad), bad
+    assert not SOLVER.is_valid_config(CTX, ODD, wg_config(64, 64, 3, ws=1, sk=7))  # 2 tiles x 3 k-tiles
+    assert SOLVER.is_valid_config(CTX, ODD, wg_config(64, 64, 3, ws=1, sk=6))
+    legacy = {k: v for k, v in wg_config(128, 128, 4, 2, ws=1).items() if k != "sk"}
+    assert SOLVER.is_valid_config(CTX, l12, legacy) and len(SOLVER.get_program(CTX, l12, legacy).steps) == 1
+    space = list(SOLVER.search_space(CTX, l12))
+    assert any(c["sk"] for c in space) and all(c["ws"] and c["split_k"] == 1 for c in space if c["sk"])
+    l12b = make("fp16", (32, 512, 7, 7), (512, 512, 3, 3), "B", pads=(1, 1))
+    (gemm,) = BWD.get_program(CTX, l12b, config).steps
+    assert dict(gemm.spec.defines)["WG_B_MN"] == 1 and BWD.workspace_size(CTX, l12b, config) > 0
+
+
+@support.needs_nvrtc
+def test_stream_k_compiles_for_sm90a():
+    problem = make("bf16", (3, 40, 13, 15), (136, 40, 3, 3), "B", pads=(1, 1))
+    support.assert_builds_for_sm90(BWD, CTX, problem, [wg_config(128, 128, 4, ws=2, sk=7)], "wgmma_fwd")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_stream_k(handle):
+    """Stream-K against the reference, forward and backward data, both pipelines and data types:
+    runs of whole tiles and pieces (a few blocks), a step or two per block (many blocks: a tile
+    summed from up to 13 partials), runs that do not divide the steps, partial tiles in M, N and
+    the reduction; each twice on one workspace filled with random bytes first (the flags need no
+    clearing and are left cleared)."""
+    import cupy as cp
+
+    from miopy.engine.candidates import make_solution
+
+    rng = np.random.default_rng(57)
+    fwd = make("fp16", (4, 96, 7, 7), (200, 96, 3, 3), pads=(1, 1))  # 4 tiles of 128 x 128, 14 k-tiles
+    bwd = make("bf16", (3, 136, 11, 9), (64, 136, 3, 3), "B", pads=(2, 1), dilations=(2, 1))
+    odd = make("bf16", (3, 40, 9, 11), (72, 40, 3, 2), pads=(1, 0), strides=(2, 1))
+    c200 = make("fp16", (4, 200, 7, 7), (96, 200, 3, 3), "B", pads=(1, 1))
+    cases = [
+        (SOLVER, fwd, wg_config(128, 128, 4, ws=1, sk=3)),
+        (SOLVER, fwd, wg_config(128, 128, 4, ws=2, sk=11)),
+        (SOLVER, fwd, wg_config(128, 128, 4, ws=1, sk=56)),
+        (
+            SOLVER,
+            make("bf16", (4, 96, 7, 7), (200, 96, 3, 3), pads=(1, 1)),
+            wg_config(192, 64, 4, ws=2, sk=13),
+        ),
+        (SOLVER, odd, wg_config(64, 128, 3, ws=1, sk=5)),
+        (BWD, bwd, wg_config(128, 128, 4, ws=1, sk=9)),
+        (BWD, bwd, wg_config(64, 256, 3, ws=2, sk=17)),
+        (BWD, c200, wg_config(128, 64, 5, ws=1, sk=31)),
+    ]
+    for solver, problem, config in cases:
+        assert solver.is_valid_config(handle, problem, config), (problem.key(), config)
+        solution = make_solution(handle, problem, solver, config)
+        workspace = handle.backend.alloc(solution.workspace)
+        workspace[:] = cp.asarray(rng.integers(0, 256, workspace.size, dtype=np.uint8))
+        for _ in range(2):
+            bufs = support.random_buffers(problem, rng)
+            expected = support.conv_reference_buffers(problem, bufs)
+            solution.run(handle, bufs, workspace)
+            err = support.rms_range(support.output_of(problem, bufs), expected)
+            assert err < support.tolerance(problem), (problem.key(), config, err)

@@ -26,6 +26,10 @@
    splits only in a cluster: its consumers place their fp32 tile, then every thread of the block
    takes part in igemm_core.h's cluster_sum_tile.
 
+   Stream-K (WG_SK > 0, warp-specialized only): WG_SK blocks, each an even run of the tiles'
+   k-tiles laid end to end (tile-major), as segments of one tile each; see the WG_SK define and
+   the kernel's stream-K branch. WG_MINB: the blocks per SM the registers are bounded for.
+
    Needs C % 8 == 0 and K % 8 == 0. */
 
 // miopy-target: sm_90a
@@ -46,6 +50,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=192 -DWG_BN=128 -DWG_STAGES=4 -DWG_B_MN=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=2 -DWG_BM=192 -DWG_BN=128 -DWG_STAGES=5
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=192 -DWG_BN=64 -DWG_STAGES=5 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DWG_SK=132
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=2 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=3 -DWG_SK=132 -DWG_B_MN=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -60,6 +66,18 @@
 #endif
 #ifndef WG_B_MN
 #define WG_B_MN 0 /* 1: backward data, B read N-major from the filter as it lies */
+#endif
+#ifndef WG_SK
+/* > 0: stream-K over WG_SK blocks (warp-specialized only): the output tiles' k-tiles laid end to
+   end and cut into WG_SK even runs, one per block; a tile cut between blocks is summed by the
+   block that holds its first k-tile from the others' fp32 partials in the workspace, each
+   signalled by a 64-bit flag there: WG_SK_MAGIC ^ the block, cleared again by the block that
+   consumed it. So no launch leaves a signal behind, and whatever else the workspace held
+   matches a block's 64-bit signal with odds of about 2^-64: the flags need no clearing first */
+#define WG_SK 0
+#endif
+#ifndef WG_MINB
+#define WG_MINB 1 /* blocks per SM the registers must allow (__launch_bounds__) */
 #endif
 #ifndef WG_WS
 /* 1: a producer warpgroup loads, the others only multiply (mbarriers); 2: the same, with each
@@ -100,6 +118,12 @@
 #define WG_RING_OR_EPI_BYTES \
     (WG_STAGES * WG_STAGE_BYTES > WG_EPI_BYTES ? WG_STAGES * WG_STAGE_BYTES : WG_EPI_BYTES)
 #define WG_B_RC (WG_BN / 8)   /* 16-byte chunks per row of an N-major B tile */
+#define WG_TILES ((WG_M + WG_BM - 1) / WG_BM * WG_TILES_N)
+#define WG_UNITS ((long long)WG_TILES * WG_KT) /* stream-K: (tile, k-tile) steps, tile-major */
+#define WG_SK_FLAGS ((2 * WG_SK + 63) / 64 * 64) /* 4-byte words of the flags before the partials */
+#define WG_SK_MAGIC 0x9e3779b97f4a7c15ull
+/* stream-K's rounded output tile (rows of WG_BN + 8 elements) after the ring and the mbarriers */
+#define WG_SK_EPI_OFF (WG_RING_OR_EPI_BYTES + 256)
 
 static_assert(WG_BM == 64 || WG_BM == 128 || WG_BM == 192 || WG_BM == 256, "one to four warpgroups of 64 rows");
 static_assert(WG_BM != 192 || WG_WS, "three consumer warpgroups only with the producer warpgroup (even copies)");
@@ -111,6 +135,10 @@ static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
 #define WG_CLUSTER_DIMS __cluster_dims__(1, IG_SPLIT_K, 1) /* a tile's slices */
 #else
 #define WG_CLUSTER_DIMS
+#endif
+
+#if WG_SK && (!WG_WS || IG_SPLIT_K > 1 || IG_CLUSTER)
+#error "stream-K needs the warp-specialized kernel and no split"
 #endif
 
 #if WG_WS && IG_SPLIT_K > 1 && !IG_CLUSTER
@@ -142,7 +170,21 @@ DEVICE_FN void mbar_wait(u32 addr, u32 parity)
                  : "memory");
 }
 
-KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
+/* Stream-K's signals between blocks (GPU scope): a flag read with acquire, set with release. */
+DEVICE_FN u64 ld_acquire_gpu(const u64* p)
+{
+    u64 v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+DEVICE_FN void st_release_gpu(u64* p, u64 v)
+{
+    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
+}
+/* A barrier of the consumer warpgroups alone (named barrier 1; the producer never joins). */
+DEVICE_FN void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(IG_THREADS) : "memory"); }
+
+KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
     wgmma_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws)
 {
     /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
@@ -156,12 +198,12 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int bid = blockIdx.x;
-    const int m0 = (bid / WG_TILES_N) * WG_BM;
-    const int n0 = (bid % WG_TILES_N) * WG_BN;
-    /* split-K: this block reduces k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
-    const int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
-    const int kt1 = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K);
-    const int nkt = kt1 - kt0;
+    /* the output tile and the k-tiles [kt0, kt0 + nkt) this block reduces: with split-K the
+       IG_SPLIT_K slices of blockIdx.y; with stream-K (WG_SK) each of this block's segments in turn */
+    int m0 = (bid / WG_TILES_N) * WG_BM;
+    int n0 = (bid % WG_TILES_N) * WG_BN;
+    int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
+    int nkt = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K) - kt0;
 
     /* ---- what this thread copies: chunk `col` of rows row0 + i * WG_ROW_STEP, which lies at
        chunk col ^ (row0 % 8) of its row (WG_ROW_STEP is a multiple of 8) ---- */
@@ -170,19 +212,24 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
     const u32 dst0 = (u32)(row0 * 128 + ((col ^ (row0 & 7)) << 4));
     int a_img[WG_A_ITERS]; /* element offset of the row's image (x has < 2^31 elements) */
     int a_ih[WG_A_ITERS], a_iw[WG_A_ITERS];
+    auto decode_rows = [&]() { /* the im2col rows of tile row m0 this thread copies */
 #pragma unroll
-    for(int i = 0; i < WG_A_ITERS; ++i)
-    {
-        const int m = m0 + row0 + i * WG_ROW_STEP;
-        const int n = m / (IG_P * IG_Q);
-        const int pq = m - n * (IG_P * IG_Q);
-        const int p = pq / IG_Q;
-        const int q = pq - p * IG_Q;
-        const bool ok = m < WG_M;
-        a_img[i] = ok ? n * (IG_H * IG_W * IG_C) : 0;
-        a_ih[i] = ok ? p * IG_SH - IG_PH : -(1 << 24);
-        a_iw[i] = q * IG_SW - IG_PW;
-    }
+        for(int i = 0; i < WG_A_ITERS; ++i)
+        {
+            const int m = m0 + row0 + i * WG_ROW_STEP;
+            const int n = m / (IG_P * IG_Q);
+            const int pq = m - n * (IG_P * IG_Q);
+            const int p = pq / IG_Q;
+            const int q = pq - p * IG_Q;
+            const bool ok = m < WG_M;
+            a_img[i] = ok ? n * (IG_H * IG_W * IG_C) : 0;
+            a_ih[i] = ok ? p * IG_SH - IG_PH : -(1 << 24);
+            a_iw[i] = q * IG_SW - IG_PW;
+        }
+    };
+#if !WG_SK
+    decode_rows();
+#endif
 
     auto load_tile = [&](u32 stage_addr, int t) { /* k-tile kt0 + t */
         const int kk = (kt0 + t) * 64 + col * 8;
@@ -233,7 +280,191 @@ KERNEL void __launch_bounds__(WG_THREADS, 1) WG_CLUSTER_DIMS
 #pragma unroll
     for(int i = 0; i < WG_ACC; ++i)
         acc[i] = 0.0f;
-#if WG_WS
+#if WG_SK
+    /* ---- stream-K: this block's run [u_begin, u_end) of the (tile, k-tile) steps, as
+       segments of one tile each: the first may start inside a tile (its partial sum goes to the
+       workspace, slot blockIdx.x, then flag blockIdx.x is set), the middle ones are whole tiles
+       (stored), the last may end inside a tile whose first k-tile it holds: that block adds the
+       partials of the blocks after it that cover the rest of the tile (each such block's first
+       segment), then stores. Waits are only on later blocks' first segments, which wait on
+       nothing: no deadlock while the grid fits the device (WG_SK <= resident blocks). ---- */
+    const u32 bars = base + WG_RING_OR_EPI_BYTES;
+    if(tid == 0)
+    {
+        for(int s = 0; s < WG_STAGES; ++s)
+        {
+            mbar_init(bars + 8 * s, WG_LOADERS);
+            mbar_init(bars + 8 * (WG_STAGES + s), IG_THREADS);
+        }
+    }
+    __syncthreads();
+    auto first_unit = [](int b) -> long long { return (long long)b * WG_UNITS / WG_SK; };
+    const long long u_begin = first_unit(bid);
+    const long long u_end = first_unit(bid + 1);
+    /* the segment from step u: its tile, into m0 / n0 / kt0 / nkt */
+    auto segment = [&](long long u) -> int {
+        const int tile = (int)(u / WG_KT);
+        kt0 = (int)(u - (long long)tile * WG_KT);
+        const long long left = u_end - u;
+        nkt = left < WG_KT - kt0 ? (int)left : WG_KT - kt0;
+        m0 = (tile / WG_TILES_N) * WG_BM;
+        n0 = (tile % WG_TILES_N) * WG_BN;
+        return tile;
+    };
+    if(warp < 4)
+    {
+        int stage = 0;
+        u32 round = 0;
+        int g = 0; /* k-tiles loaded by this block so far */
+        for(long long u = u_begin; u < u_end; u += nkt)
+        {
+            segment(u);
+            decode_rows();
+            for(int t = 0; t < nkt; ++t, ++g)
+            {
+                if(g >= WG_STAGES)
+                    mbar_wait(bars + 8 * (WG_STAGES + stage), (round - 1) & 1);
+                load_tile(base + stage * WG_STAGE_BYTES, t);
+#if WG_WS == 2
+                cp_async_mbar_arrive(bars + 8 * stage);
+#else
+                cp_async_commit();
+                if(g >= WG_LAG)
+                {
+                    cp_async_wait<WG_LAG>();
+                    fence_proxy_async();
+                    mbar_arrive(bars + 8 * ((g - WG_LAG) % WG_STAGES));
+                }
+#endif
+                if(++stage == WG_STAGES)
+                    stage = 0, ++round;
+            }
+        }
+#if WG_WS != 2
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for(int t = g > WG_LAG ? g - WG_LAG : 0; t < g; ++t)
+            mbar_arrive(bars + 8 * (t % WG_STAGES));
+#endif
+    }
+    else
+    {
+        const u32 a_rows = (u32)(((warp >> 2) - 1) * 64 * 128);
+        const int ct = tid - 128; /* consumer thread */
+        const int row = (warp - 4) * 16 + (lane >> 2);
+        u64* flags = reinterpret_cast<u64*>(ws);
+        float* slots = ws + WG_SK_FLAGS;
+        int stage = 0;
+        u32 round = 0;
+        int g = 0; /* k-tiles multiplied by this block so far */
+        for(long long u = u_begin; u < u_end; u += nkt)
+        {
+            const int tile = segment(u);
+#pragma unroll
+            for(int i = 0; i < WG_ACC; ++i)
+                acc[i] = 0.0f;
+            for(int t = 0; t < nkt; ++t, ++g)
+            {
+                mbar_wait(bars + 8 * stage, round & 1);
+#if WG_WS == 2
+                fence_proxy_async();
+#endif
+                const u32 st = base + stage * WG_STAGE_BYTES;
+                const u64 da = wgmma_desc(st + a_rows);
+                wgmma_fence();
+#if WG_B_MN
+                const u64 db = wgmma_desc_mn(st + WG_A_BYTES);
+#pragma unroll
+                for(int ks = 0; ks < 4; ++ks)
+                    wgmma_n<WG_BN, 1>(acc, da + 2 * ks, db + 128 * ks);
+#else
+                const u64 db = wgmma_desc(st + WG_A_BYTES);
+#pragma unroll
+                for(int ks = 0; ks < 4; ++ks)
+                    wgmma_n<WG_BN, 0>(acc, da + 2 * ks, db + 2 * ks);
+#endif
+                wgmma_commit();
+                wgmma_wait<1>(); /* the previous k-tile's MMAs are done: its stage is free */
+                wgmma_fence_regs(acc);
+                if(g > 0)
+                    mbar_arrive(bars + 8 * (WG_STAGES + (stage == 0 ? WG_STAGES - 1 : stage - 1)));
+                if(++stage == WG_STAGES)
+                    stage = 0, ++round;
+            }
+            wgmma_wait<0>();
+            wgmma_fence_regs(acc);
+            if(kt0 > 0)
+            {
+                /* a later part of the tile: the fp32 fragments to this block's slot, in the
+                   consumers' order (float4 j of thread ct at j * IG_THREADS + ct), then the flag */
+                float4* slot = reinterpret_cast<float4*>(slots + (long long)bid * (WG_BM * WG_BN));
+#pragma unroll
+                for(int j = 0; j < WG_ACC / 4; ++j)
+                    __stcg(slot + j * IG_THREADS + ct, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+                __threadfence();
+                consumers_sync();
+                if(ct == 0)
+                    st_release_gpu(flags + bid, WG_SK_MAGIC ^ (u64)bid);
+                continue;
+            }
+            if(nkt < WG_KT)
+            {
+                /* the tile's first part, the block's last segment: add the later parts */
+                const long long tile_end = (long long)(tile + 1) * WG_KT;
+                for(int b = bid + 1; b < WG_SK && first_unit(b) < tile_end; ++b)
+                {
+                    if(first_unit(b + 1) == first_unit(b))
+                        continue; /* an empty run (more blocks than steps) */
+                    while(ld_acquire_gpu(flags + b) != (WG_SK_MAGIC ^ (u64)b))
+                        ;
+                    const float4* slot = reinterpret_cast<const float4*>(slots + (long long)b * (WG_BM * WG_BN));
+#pragma unroll
+                    for(int j = 0; j < WG_ACC / 4; ++j)
+                    {
+                        const float4 v = __ldcg(slot + j * IG_THREADS + ct);
+                        acc[4 * j] += v.x;
+                        acc[4 * j + 1] += v.y;
+                        acc[4 * j + 2] += v.z;
+                        acc[4 * j + 3] += v.w;
+                    }
+                }
+            }
+            if(nkt < WG_KT)
+            {
+                /* every consumer has read the partials: the flags back to zero for the next launch */
+                consumers_sync();
+                const long long tile_end = (long long)(tile + 1) * WG_KT;
+                for(int b = bid + 1 + ct; b < WG_SK && first_unit(b) < tile_end; b += IG_THREADS)
+                    flags[b] = 0ull;
+            }
+            /* the tile's sum, rounded into the staging tile, then 16-byte row chunks to y */
+            {
+                constexpr int PITCH = WG_BN + 8;
+                u32* ctile = reinterpret_cast<u32*>(reinterpret_cast<char*>(smem) + WG_SK_EPI_OFF);
+#pragma unroll
+                for(int j = 0; j < IG_NI; ++j)
+                {
+                    const int cc = j * 8 + (lane & 3) * 2;
+                    ctile[(row * PITCH + cc) / 2] = pack2(acc[4 * j], acc[4 * j + 1]);
+                    ctile[((row + 8) * PITCH + cc) / 2] = pack2(acc[4 * j + 2], acc[4 * j + 3]);
+                }
+                consumers_sync();
+                constexpr int RC = WG_BN / 8;
+                const uint4* staged = reinterpret_cast<const uint4*>(ctile);
+                for(int e = ct; e < WG_BM * RC; e += IG_THREADS)
+                {
+                    const int r = e / RC;
+                    const int ch = e - r * RC;
+                    const int m = m0 + r;
+                    const int k = n0 + ch * 8;
+                    if(m < WG_M && k < IG_K)
+                        *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = staged[(r * PITCH) / 8 + ch];
+                }
+                consumers_sync(); /* the staging tile is free for the next segment */
+            }
+        }
+    }
+#elif WG_WS
     /* ---- warp-specialized: full[s] (the producer's 128 threads arrive once a stage's copies
        are in) and empty[s] (every consumer thread arrives once its MMAs reading it are done)
        after the ring and the epilogue tile ---- */

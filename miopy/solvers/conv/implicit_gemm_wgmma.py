@@ -11,7 +11,9 @@ A config is the block tile (``bm`` x ``bn``: ``bm`` / 64 warpgroups of 128 threa
 by ``bn`` columns, one wgmma m64n``bn``k16 per 16-wide slice of a 64-wide k-tile), the depth of
 the cp.async ring (``stages``; ``stages`` - 2 k-tiles of copies in flight while the MMAs run) and
 the split of the reduction (``split_k``: a thread-block cluster summing through distributed
-shared memory, or beyond 8 slices fp32 partials in the workspace and a second kernel)."""
+shared memory, or beyond 8 slices fp32 partials in the workspace and a second kernel), or
+stream-K (``sk``: that many blocks, each an even run of the tiles' k-tiles laid end to end, a tile
+cut between blocks summed through fp32 partials and 64-bit flags in the workspace)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any
 
 from miopy import config as knobs
 from miopy.problem.conv import ConvProblem, Direction
-from miopy.solution import KernelSpec
+from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.conv.igemm_common import (
     REDUCE_THREADS,
     IgemmSolver,
@@ -47,7 +49,11 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     # 2: the same, each stage signalled by its copies themselves (cp.async.mbarrier.arrive)
     "ws": (0, 1, 2),
 }
-FIELDS = tuple(DOMAIN)
+# ``sk`` (not in DOMAIN: its values are block counts up to the device's resident blocks): 0, or
+# stream-K over that many blocks (warp-specialized, unsplit). A config without it (a record from
+# before stream-K) means 0.
+SK = "sk"
+FIELDS = (*DOMAIN, SK)
 MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
 BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
@@ -58,11 +64,30 @@ SEARCH_STAGES = (3, 4, 5, 6)
 # rows leave a quarter of the SMs idle (the 28x28 ResNet layer: 25088 rows). 192 x 64 takes the
 # copy-signalled pipeline (ws 2), which was faster there and slower for the wider tiles (below).
 DEFAULT_TILES = ((256, 128, 0), (192, 128, 1), (128, 128, 1), (192, 64, 2))
+TWO_BLOCK_SMEM = (233_472 - 2 * 1024) // 2  # two blocks' shared memory on an H100/H200 SM (228 KB)
+SK_MAX_WAVES = 3  # stream-K variants in the search space for grids of up to this many waves
 SPLIT_COST = 0.05  # a cluster split's epilogue, as a share of the block's reduction, per slice
 
 
-def wg_config(bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0) -> dict[str, int]:
-    return {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k, "ws": ws}
+def wg_config(bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0, sk: int = 0) -> dict[str, int]:
+    return {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k, "ws": ws, SK: sk}
+
+
+def sk_blocks(config: dict[str, int]) -> int:
+    """The stream-K block count of ``config`` (0: none)."""
+    return config.get(SK, 0)
+
+
+def sk_flag_words(config: dict[str, int]) -> int:
+    """The 4-byte words of stream-K's flags (8 bytes per block) before the partial tiles, 64-word
+    aligned."""
+    return -(-2 * sk_blocks(config) // 64) * 64
+
+
+def sk_workspace_bytes(config: dict[str, int]) -> int:
+    """Stream-K's workspace: the flags, then one fp32 bm x bn partial tile per block."""
+    sk = sk_blocks(config)
+    return 4 * (sk_flag_words(config) + sk * config["bm"] * config["bn"]) if sk else 0
 
 
 def threads(config: dict[str, int]) -> int:
@@ -84,24 +109,44 @@ def smem_bytes(config: dict[str, int]) -> int:
     ring = config["stages"] * (config["bm"] + config["bn"]) * 128
     epilogue = config["bm"] * (config["bn"] + 8) * 2 + config["bm"] * 4
     barriers = 16 * config["stages"] if config["ws"] else 0  # a full and an empty mbarrier per stage
+    if sk_blocks(config):  # the mbarriers' 256 bytes, then stream-K's own rounded output tile
+        return max(ring, epilogue) + 256 + config["bm"] * (config["bn"] + 8) * 2 + ALIGN_SLACK
     return max(ring, epilogue) + barriers + ALIGN_SLACK
+
+
+def min_blocks(config: dict[str, int]) -> int:
+    """The blocks per SM the kernel's registers are bounded for (``__launch_bounds__``, WG_MINB):
+    2 for 64-wide blocks of up to 384 threads, not stream-K, whose shared memory (a cluster
+    split's fp32 tile too) lets two share an H100/H200 SM (at most 80 registers a thread: 32
+    accumulators), else 1.
+    Backward data's 128 x 64 producer-warpgroup kernel took 91 registers unbounded (one block
+    per SM) and takes 64 bounded, without spilling, as the forward kernel does unbounded."""
+    smem = max(smem_bytes(config), cluster_tile_bytes(config) + ALIGN_SLACK if config["split_k"] > 1 else 0)
+    fits = smem <= TWO_BLOCK_SMEM and not sk_blocks(config)
+    return 2 if config["bn"] == 64 and threads(config) <= 384 and fits else 1
 
 
 def blocks_per_sm(ctx, config: dict[str, int]) -> int:
     """Blocks of ``config`` resident on one SM by shared memory, at most 2 (the register file
-    holds two blocks of 256 threads at up to 128 registers each), 1 of 512 threads."""
-    cap = 1 if threads(config) > 256 else 2
+    holds two blocks of 256 threads at up to 128 registers each, or of 384 threads bounded by
+    min_blocks), 1 of 512 threads."""
+    cap = 2 if threads(config) <= 256 or min_blocks(config) == 2 else 1
     return max(1, min(cap, smem_limit(ctx) // smem_bytes(config)))
 
 
 def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
-    """The fp32 partial outputs of a split reduction outside a cluster (none without a split)."""
+    """The fp32 partial outputs of a split reduction outside a cluster (none without a split),
+    or stream-K's flags and partial tiles."""
+    if sk_blocks(config):
+        return sk_workspace_bytes(config)
     n, k, ho, wo = problem.y.lens
     return split_workspace_bytes(config, n * ho * wo * k)
 
 
 def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
-    """Output tiles times slices of the reduction."""
+    """Output tiles times slices of the reduction (stream-K: its block count)."""
+    if sk_blocks(config):
+        return sk_blocks(config)
     n, _, ho, wo = problem.y.lens
     k = problem.w.lens[0]
     return -(-(n * ho * wo) // config["bm"]) * -(-k // config["bn"]) * config["split_k"]
@@ -114,13 +159,14 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
     IG_SPLIT_K)."""
     n, _, ho, wo = problem.y.lens
     k = problem.w.lens[0]
-    tiles = grid_blocks(problem, {**config, "split_k": 1})
+    tiles = grid_blocks(problem, {**config, "split_k": 1, SK: 0})
     return specs_of(conv_shape_defines(problem), config, tiles, n * ho * wo * k)
 
 
 def specs_of(defines: dict[str, Any], config: dict[str, int], tiles: int, outputs: int) -> list[KernelSpec]:
     """The launches of wgmma_fwd with the shape ``defines`` over ``tiles`` output tiles, and the
-    split-K sum of ``outputs`` outputs where the split needs one."""
+    split-K sum of ``outputs`` outputs where the split needs one. Stream-K (WG_SK): ``sk`` blocks
+    of wgmma_fwd."""
     defines = {
         **defines,
         "WG_BM": config["bm"],
@@ -129,8 +175,14 @@ def specs_of(defines: dict[str, Any], config: dict[str, int], tiles: int, output
         "IG_SPLIT_K": config["split_k"],
         "WG_WS": config["ws"],
     }
+    if min_blocks(config) > 1:
+        defines["WG_MINB"] = min_blocks(config)
     local = threads(config)
     split = config["split_k"]
+    sk = sk_blocks(config)
+    if sk:
+        defines["WG_SK"] = sk
+        return [KernelSpec("wgmma_fwd", "wgmma_fwd", defines, (sk * local, 1), (local, 1))]
     specs = [KernelSpec("wgmma_fwd", "wgmma_fwd", defines, (tiles * local, split), (local, 1))]
     if split > 1:
         work = -(-(outputs // 8) // REDUCE_THREADS) * REDUCE_THREADS
@@ -168,9 +220,11 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         """Exactly DOMAIN's fields with values from it; at most MAX_BLOCK_OUTPUTS outputs per
         block (256 x 256 would need 256 accumulators per thread); no more slices than k-tiles;
         shared memory within the device's limit; no more threads than the device allows."""
-        if not isinstance(config, dict) or set(config) != set(DOMAIN):
+        if not isinstance(config, dict) or set(config) not in (set(DOMAIN), set(FIELDS)):
             return False
-        if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items()):
+        if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items() if f != SK):
+            return False
+        if SK in config and not self.sk_ok(ctx, problem, config):
             return False
         if config["split_k"] > self.k_tiles(problem, config):
             return False
@@ -184,6 +238,34 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         if info is not None and threads(config) > info.max_work_group_size:
             return False
         return self.launch_smem(ctx, config) <= smem_limit(ctx)
+
+    def sk_ok(self, ctx, problem: ConvProblem, config: dict[str, int]) -> bool:
+        """``sk`` 0, or stream-K: warp-specialized, unsplit, at least 2 blocks, no more blocks than
+        the device holds at once (a block waits for later blocks' partials) nor than the
+        (tile, k-tile) steps."""
+        sk = config[SK]
+        if type(sk) is not int or sk < 0:
+            return False
+        if sk == 0:
+            return True
+        if not config["ws"] or config["split_k"] != 1 or sk < 2:
+            return False
+        tiles = self.grid_blocks(problem, {**config, SK: 0})
+        steps = tiles * self.k_tiles(problem, config)
+        return sk <= steps and sk <= compute_units(ctx) * blocks_per_sm(ctx, config)
+
+    def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
+        """IgemmSolver's program, or with stream-K the GEMM kernel on the workspace (flags and
+        partial tiles; the flags need no clearing, see wgmma_fwd.cu)."""
+        if config is None:
+            config = self.default_config(ctx, problem)
+        if not sk_blocks(config) or not self.is_valid_config(ctx, problem, config):
+            return super().get_program(ctx, problem, config)
+        (gemm,) = self.kernel_specs(problem, config)
+        a, b = self.reads
+        args = (Tensor(a), Tensor(b), Tensor(self.writes), Workspace())
+        launch = Launch(gemm, args, shared_mem=self.launch_smem(ctx, config))
+        return Program((launch,), workspace=self.workspace_bytes(problem, config))
 
     def launch_smem(self, ctx, config: dict[str, int]) -> int:
         """smem_bytes, or a cluster split's fp32 partial tile (plus the alignment slack) where
@@ -285,7 +367,23 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                     specialised = {**config, "ws": ws}
                     if self.is_valid_config(ctx, problem, specialised):
                         out.append(specialised)
+                        streamed = self.sk_variant(ctx, problem, specialised)
+                        if streamed:
+                            out.append(streamed)
         return out or [self.default_config(ctx, problem)]
+
+    def sk_variant(self, ctx, problem: ConvProblem, config: dict[str, Any]) -> dict[str, Any] | None:
+        """``config`` as stream-K over every resident block (compute units x blocks_per_sm), where
+        it is unsplit with 4 stages and its grid is short of a whole number of waves within
+        SK_MAX_WAVES; None where not (or not valid)."""
+        if config["split_k"] != 1 or not config["ws"] or config["stages"] != 4:
+            return None
+        slots = compute_units(ctx) * blocks_per_sm(ctx, {**config, SK: 1})
+        blocks = self.grid_blocks(problem, {**config, SK: 0})
+        if blocks % slots == 0 or blocks > SK_MAX_WAVES * slots:
+            return None
+        streamed = {**config, SK: slots}
+        return streamed if self.is_valid_config(ctx, problem, streamed) else None
 
 
 # ---- backward data, stride 1 -----------------------------------------------------------------------
@@ -312,12 +410,17 @@ def bwd_k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
 
 
 def bwd_workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
+    if sk_blocks(config):
+        return sk_workspace_bytes(config)
     n, c, h, w = problem.x.lens
     return split_workspace_bytes(config, n * h * w * c)
 
 
 def bwd_grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
-    """dx tiles (N*H*W pixels by C channels) times slices of the reduction."""
+    """dx tiles (N*H*W pixels by C channels) times slices of the reduction (stream-K: its block
+    count)."""
+    if sk_blocks(config):
+        return sk_blocks(config)
     n, c, h, w = problem.x.lens
     return -(-(n * h * w) // config["bm"]) * -(-c // config["bn"]) * config["split_k"]
 
@@ -325,7 +428,7 @@ def bwd_grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
 def bwd_kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
     """kernel_specs' launches with bwd_defines (wgmma_fwd on dy with the N-major filter)."""
     n, c, h, w = problem.x.lens
-    tiles = bwd_grid_blocks(problem, {**config, "split_k": 1})
+    tiles = bwd_grid_blocks(problem, {**config, "split_k": 1, SK: 0})
     return specs_of(bwd_defines(problem), config, tiles, n * h * w * c)
 
 
@@ -355,5 +458,6 @@ class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
     def defers(self, ctx, problem: ConvProblem) -> bool:
         """Immediate mode lists it after ConvIgemmBwdNhwc where C <= 64 (the GEMM's columns):
         on the H200 it was 3% slower than that solver on the 64-channel 56x56 ResNet layer, and
-        as fast or faster on the wider ones (2026-11-22)."""
+        as fast or faster on the wider ones (2026-11-22); with two blocks per SM (min_blocks)
+        it ties there (29.0-29.3 against 29.2-29.5 us, 2026-11-23), so the order stays."""
         return self.width_of(problem) <= 64
