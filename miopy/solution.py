@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +202,35 @@ class Solution:
     dynamic: bool = False
     time_ms: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def deferred(cls, build: Callable[[], Program], **fields: Any) -> Solution:
+        """A solution whose ``program`` (and ``extra``, its notes) ``build()`` makes at their first
+        use: reading ``program``, ``workspace``, ``kernels`` or ``extra``, comparing, copying,
+        running. Every other field is given now. Immediate mode hands these out for every ranked
+        solution but the first, which is all a first iteration runs; the result is the same
+        Solution as one built at once (an error of the build is raised at that first use)."""
+        solution = object.__new__(cls)
+        for name, value in fields.items():
+            object.__setattr__(solution, name, value)
+        object.__setattr__(solution, "_build", build)
+        return solution
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when an attribute is missing: a deferred solution's program and extra.
+        build = self.__dict__.get("_build") if name in ("program", "extra") else None
+        if build is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        program = build()
+        object.__setattr__(self, "program", program)
+        object.__setattr__(self, "extra", dict(program.notes))
+        self.__dict__.pop("_build", None)
+        return self.__dict__[name]
+
+    @property
+    def built(self) -> bool:
+        """False while a deferred solution's program is not made yet."""
+        return "program" in self.__dict__
 
     @property
     def primitive(self) -> str:

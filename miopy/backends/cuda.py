@@ -423,6 +423,7 @@ class Backend(BackendBase):
         # BLAS handle with the handle, so that the first GEMM of a fresh process finds it done
         # (it waits for it otherwise, and a failure there is only reported by that GEMM).
         self.library_warmed = 0  # vendor-library calls run ahead by warm_library
+        self.lt_initialized_s: float | None = None  # cuBLASLt's initialization on that thread
         self._blas_thread = threading.Thread(target=self._set_up_blas, name="miopy-blas-set-up", daemon=True)
         self._blas_thread.start()
         atexit.register(self._blas_thread.join, 10)  # never torn down in the middle of it
@@ -434,6 +435,9 @@ class Backend(BackendBase):
             self._cublas()
             with self.device:
                 libs.lt_handle()
+                # cuBLASLt's one-time initialization, paid by the first algorithm check of a
+                # process: here, while the user sets up, not in the first iteration
+                self.lt_initialized_s = libs.initialize()
         except Exception as exc:  # the first GEMM tries again and says what went wrong
             _log.debug("cuBLAS set-up in the background failed (%s)", exc)
 

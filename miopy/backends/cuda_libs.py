@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -190,6 +191,33 @@ def lt_handle() -> int:
             check(cublaslt().create(ctypes.byref(h)), "cublasLtCreate")
             _lt_handle = h.value
     return _lt_handle
+
+
+def initialize() -> float:
+    """Pay cuBLASLt's one-time initialization now: the first ``cublasLtMatmulAlgoInit`` and
+    ``cublasLtMatmulAlgoCheck`` of a process take tens of milliseconds (0.069 s on the H200, each
+    later one 0.1-0.2 ms), whoever makes them. The CUDA backend calls this on its BLAS set-up
+    thread, which every handle starts, so that the first iteration's recorded cuBLASLt configs
+    are checked at the later cost. One tiny product per data type the solvers use is checked
+    (nothing runs on the device); returns the seconds spent."""
+    started = time.perf_counter()
+    lt = cublaslt()
+    handle = lt_handle()
+    for data_type in (CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF):
+        ids, count = (_i32 * 4)(), _i32(0)
+        t = data_type
+        if lt.algo_ids(handle, COMPUTE_32F, CUDA_R_32F, t, t, t, t, 4, ids, ctypes.byref(count)):
+            continue
+        if not count.value:
+            continue
+        gemm = LtGemm(data_type, OP_N, OP_N, 64, 64, 64, 64, 64, 64)
+        algo = gemm._init(ids[0])
+        if algo is None:
+            continue
+        result = _Heuristic()
+        a, b, c = gemm.layouts
+        lt.algo_check(handle, gemm.desc, a, b, c, c, ctypes.byref(algo), ctypes.byref(result))
+    return time.perf_counter() - started
 
 
 class LtAlgo:

@@ -4,13 +4,14 @@ gives that primitive's ordered solvers."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from miopy import config, log
-from miopy.errors import BadParm, NotApplicable
+from miopy.errors import BadParm, InternalError, NotApplicable
 from miopy.handle import Handle
 from miopy.problem.base import Problem
-from miopy.solution import Solution
+from miopy.solution import Program, Solution
 from miopy.solvers import Solver, by_name, solvers_for
 
 _log = log.get("miopy.engine")
@@ -72,10 +73,17 @@ def stored_config(handle, problem: Problem, solver: Solver) -> dict | None:
 
 
 def make_solution(
-    handle, problem: Problem, solver: Solver, cfg: dict | None = None, time_ms: float | None = None
+    handle,
+    problem: Problem,
+    solver: Solver,
+    cfg: dict | None = None,
+    time_ms: float | None = None,
+    defer: bool = False,
 ) -> Solution:
     """The solver's solution for the user's problem, built once; tunable solvers get ``cfg``,
-    else the perf DB's config, else their default."""
+    else the perf DB's config, else their default. With ``defer`` the config is settled now and
+    the program is made at its first use (``Solution.deferred``): the same solution, built only
+    if it is ever used."""
     view = problem.solver_view()
     if solver.tunable:
         if cfg is None:
@@ -85,18 +93,27 @@ def make_solution(
         cfg = dict(cfg)
     else:
         cfg = None
+    fields = {
+        "solver": solver.name,
+        "solver_id": solver.id,
+        "algorithm": solver.algorithm,
+        "problem": problem,
+        "config": cfg,
+        "dynamic": solver.dynamic,
+        "time_ms": time_ms,
+    }
+    if defer:
+        owner = weakref.ref(handle)  # no cycle through the handle's cache of answers
+
+        def build() -> Program:
+            made = owner()
+            if made is None:
+                raise InternalError(f"solver={solver.name}: its handle is gone; the solution cannot be built")
+            return solver.get_program(made, view, cfg).with_roles(problem.view_roles())
+
+        return Solution.deferred(build, **fields)
     program = solver.get_program(handle, view, cfg).with_roles(problem.view_roles())
-    return Solution(
-        solver=solver.name,
-        solver_id=solver.id,
-        algorithm=solver.algorithm,
-        problem=problem,
-        program=program,
-        config=cfg,
-        dynamic=solver.dynamic,
-        time_ms=time_ms,
-        extra=dict(program.notes),
-    )
+    return Solution(program=program, extra=dict(program.notes), **fields)
 
 
 def resolve_solver(handle, problem: Problem, name: str | int) -> Solver:

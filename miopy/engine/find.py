@@ -98,7 +98,9 @@ def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
             continue
         cfg = rec.config if solver.tunable and solver.is_valid_config(handle, view, rec.config) else None
         try:
-            solution = make_solution(handle, problem, solver, cfg, time_ms=rec.time_ms)
+            # every solution but the first is made at its first use: a first iteration runs
+            # only the first (Solution.deferred; the same solution once built)
+            solution = make_solution(handle, problem, solver, cfg, time_ms=rec.time_ms, defer=bool(out))
         except MiopyError as exc:
             _log.warning("find DB record for %s is unusable (%s); ignored", solver.name, exc)
             continue
@@ -255,7 +257,8 @@ def _immediate_fallback(handle, problem: Problem) -> list[Solution]:
         raise InternalError(f"problem={problem.key()}: no applicable solver")
     view = problem.solver_view()
     solvers.sort(key=lambda s: s.defers(handle, view))
-    return [make_solution(handle, problem, s) for s in solvers]
+    # the first is built now, the others at their first use (Solution.deferred)
+    return [make_solution(handle, problem, s, defer=i > 0) for i, s in enumerate(solvers)]
 
 
 def get_solutions(handle, problem: Problem) -> list[Solution]:

@@ -76,3 +76,41 @@ def test_find_then_immediate_mode_follows_the_new_record(handle, monkeypatch):
     ranked = get_solutions(handle, problem)
     assert [s.solver for s in ranked] == [s.solver for s in timed]
     assert np.isfinite([s.time_ms for s in ranked]).all()
+
+
+def _eager(handle, solution):
+    """The same solver and config built at once, as before deferral."""
+    return make_solution(handle, solution.problem, by_name(solution.solver, "conv"), solution.config)
+
+
+def test_only_the_first_solution_is_built_until_the_others_are_used(handle):
+    problem = small()
+    found = get_solutions(handle, problem)  # no find record, no package: every applicable solver
+    assert len(found) >= 2
+    assert found[0].built and not any(s.built for s in found[1:])
+    last = found[-1]
+    eager = _eager(handle, last)
+    assert last.workspace == eager.workspace  # builds it
+    assert last.built and last.program == eager.program and last.extra == eager.extra
+    assert last == eager  # every field, the program included
+    check(handle, last)  # and it runs right
+
+
+def test_a_find_record_list_defers_all_but_its_first(handle):
+    problem = small()
+    solvers = [s.solver for s in get_solutions(handle, problem)][:3]
+    db = FindDb(handle.db_basename, "opencl")
+    records = []
+    for i, name in enumerate(solvers):
+        s = make_solution(handle, problem, by_name(name, "conv"))
+        records.append(FindRecord(name, 0.1 * (i + 1), s.workspace, s.algorithm, s.config))
+    db.store(problem.key(), records)
+    db.close()
+    fresh = Handle("opencl")  # a new process's view: nothing kept
+    ranked = find_solutions(fresh, problem)  # FIND_MODE default: the record's ranking
+    assert [s.solver for s in ranked] == solvers
+    assert [s.time_ms for s in ranked] == pytest.approx([0.1, 0.2, 0.3][: len(solvers)])
+    assert ranked[0].built and not any(s.built for s in ranked[1:])
+    for s in ranked[1:]:
+        assert s == _eager(fresh, s).with_time(s.time_ms)
+    check(fresh, ranked[1])
