@@ -145,8 +145,8 @@ if profile != "-":  # the first iteration under cProfile (slower: figures of suc
     profiler.enable()
 # The background BLAS set-up (CUDA: cuBLAS, cuBLASLt and its one-time initialization) still
 # running when the clock starts: then the first iteration waits for part of it.
-set_up = getattr(h.backend, "_blas_thread", None)
-set_up_busy = set_up is not None and set_up.is_alive()
+set_up = [getattr(h.backend, n, None) for n in ("_blas_thread", "_precheck_thread")]
+set_up_busy = any(t is not None and t.is_alive() for t in set_up)
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
 first_host = host["host_s"]
 if profile != "-":
@@ -171,6 +171,7 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
                   "to_first_s": to_first, "handle_to_first_s": handle_to_first, "handle_s": handle_s,
                   "chosen": chosen, "warmed": warmed, "first_host_s": first_host,
                   "set_up_busy": set_up_busy, "lt_init_s": getattr(h.backend, "lt_initialized_s", None),
+                  "prechecked": getattr(h.backend, "library_prechecked", None),
                   "warm_host_s": warm_host[warm.index(min(warm))],
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
 """
@@ -397,7 +398,10 @@ def _set_up_note(r: dict) -> str:
         return ""
     init = f"{r['lt_init_s']:.3f} s" if r.get("lt_init_s") is not None else "not run"
     busy = "still running" if r.get("set_up_busy") else "done"
-    return f"\n{'':24s} cuBLASLt initialization on the set-up thread {init}, {busy} when the clock started"
+    return (
+        f"\n{'':24s} cuBLASLt initialization on the set-up thread {init}, recorded cuBLASLt "
+        f"algorithms pre-checked {r.get('prechecked')}; that set-up {busy} when the clock started"
+    )
 
 
 def main() -> int:

@@ -33,6 +33,8 @@ def main() -> int:
     t = time.perf_counter()
     h = Handle("cuda")
     h.backend._blas_thread.join()
+    if getattr(h.backend, "_precheck_thread", None) is not None:  # the package's recorded checks
+        h.backend._precheck_thread.join()
     set_up = time.perf_counter() - t
     calls = [c for c in map(cuda_warm.parse, h.package_choices.library_calls()) if c is not None]
     calls = list(dict.fromkeys(calls))

@@ -43,8 +43,11 @@ class Handle:
         # miopy.engine.find.get_solutions
         self.immediate_choices: dict[tuple[str, str, str], tuple[Any, tuple[Solution, ...]]] = {}
         warm = getattr(self.backend, "warm_library", None)
+        precheck = getattr(self.backend, "precheck_library", None)
         if warm is not None and config.library_warm_up() and not config.disable_cache():
             warm(self.package_choices.library_calls)  # made here: the thread only reads it
+        elif precheck is not None and not config.disable_cache():
+            precheck(self.package_choices.library_calls)  # checks only: nothing runs
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
             self.backend.name,

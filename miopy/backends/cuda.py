@@ -424,6 +424,7 @@ class Backend(BackendBase):
         # (it waits for it otherwise, and a failure there is only reported by that GEMM).
         self.library_warmed = 0  # vendor-library calls run ahead by warm_library
         self.lt_initialized_s: float | None = None  # cuBLASLt's initialization on that thread
+        self.library_prechecked = 0  # recorded cuBLASLt algorithms checked by precheck_library
         self._blas_thread = threading.Thread(target=self._set_up_blas, name="miopy-blas-set-up", daemon=True)
         self._blas_thread.start()
         atexit.register(self._blas_thread.join, 10)  # never torn down in the middle of it
@@ -440,6 +441,28 @@ class Backend(BackendBase):
                 self.lt_initialized_s = libs.initialize()
         except Exception as exc:  # the first GEMM tries again and says what went wrong
             _log.debug("cuBLAS set-up in the background failed (%s)", exc)
+
+    def precheck_library(self, load: Callable[[], list[Any]]) -> None:
+        """Check the recorded cuBLASLt algorithms of the library calls that ``load()`` describes
+        (a kernel package's), on a thread of its own after the BLAS set-up: nothing runs on the
+        device, the first iteration's applicability checks then find them checked
+        (cuda_libs.precheck)."""
+
+        def run() -> None:
+            from miopy.backends import cuda_libs, cuda_warm
+
+            self._blas_thread.join()
+            try:
+                calls = [c for c in map(cuda_warm.parse, load()) if isinstance(c, cuda_warm._LtCall)]
+                recorded = [(c.key, c.algo) for c in dict.fromkeys(calls) if isinstance(c.algo, tuple)]
+                with self.device:
+                    self.library_prechecked = cuda_libs.precheck(recorded)
+            except Exception as exc:  # the first iteration checks them itself
+                _log.debug("cuBLASLt pre-check failed (%s)", exc)
+
+        self._precheck_thread = threading.Thread(target=run, name="miopy-lt-precheck", daemon=True)
+        self._precheck_thread.start()
+        atexit.register(self._precheck_thread.join, 10)  # never torn down in the middle of it
 
     def warm_library(self, load: Callable[[], list[Any]]) -> None:
         """Run the vendor-library calls that ``load()`` describes once each, on a thread of its own

@@ -139,7 +139,7 @@ def warm(backend: Any, values: list[Any]) -> int:
         for call in calls:
             if isinstance(call, _LtCall):
                 try:
-                    gemm = libs.LtGemm(*call.key)
+                    gemm = libs.lt_gemm(call.key)  # the solvers' own product: checked once
                     algo = gemm.resolve(call.algo) if isinstance(call.algo, tuple) else call.algo
                     lt_algos[call] = (gemm, algo, 0 if algo is None else gemm.pick(algo)[1])
                 except Exception as exc:

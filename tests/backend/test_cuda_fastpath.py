@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import numpy as np
 import pytest
@@ -421,21 +420,20 @@ def test_a_recorded_lt_config_runs_without_the_heuristics(handle, monkeypatch, n
 
 def test_the_set_up_thread_pays_cublaslt_initialization():
     """Every handle's BLAS set-up thread makes cuBLASLt's first algorithm checks (its one-time
-    initialization, about 0.07 s on the H200): once it is done, the first cuBLASLt query this
-    process makes costs what a later one does, and a recorded config still checks and runs.
-    (Run alone in a process, the timing shows it; after other tests, it holds trivially.)"""
+    initialization, about 0.07 s on the H200 for the first): the same checks made again on this
+    thread then cost a small part of that, and a recorded config still checks. (Run alone in a
+    fresh process the timing shows it; after other tests it holds trivially.)"""
     from miopy.backends import cuda_libs
     from miopy.handle import Handle
 
     h = Handle("cuda")
     h.backend._blas_thread.join()
-    assert isinstance(h.backend.lt_initialized_s, float) and h.backend.lt_initialized_s > 0
+    ahead = h.backend.lt_initialized_s
+    assert isinstance(ahead, float) and ahead > 0
+    again = cuda_libs.initialize()  # the same products' checks, on the main thread
+    assert again < max(0.02, ahead / 3), f"set-up thread {ahead:.4f} s, then this thread {again:.4f} s"
     gemm = cuda_libs.LtGemm(cuda_libs.CUDA_R_32F, cuda_libs.OP_N, cuda_libs.OP_N, 48, 40, 24, 48, 24, 48)
-    t = time.perf_counter()
-    picks = gemm.picks()  # the first query of the process on the main thread
-    took = time.perf_counter() - t
-    assert picks
-    assert took < 0.03, f"the first query after the set-up took {took:.4f} s: the initialization was not paid"
-    again = cuda_libs.LtGemm(cuda_libs.CUDA_R_32F, cuda_libs.OP_N, cuda_libs.OP_N, 48, 40, 24, 48, 24, 48)
-    found = again.resolve(picks[0])  # rebuilt from its values and checked
+    picks = gemm.picks()
+    fresh = cuda_libs.LtGemm(cuda_libs.CUDA_R_32F, cuda_libs.OP_N, cuda_libs.OP_N, 48, 40, 24, 48, 24, 48)
+    found = fresh.resolve(picks[0])  # rebuilt from its values and checked
     assert found is not None and found.config == tuple(picks[0])

@@ -210,3 +210,22 @@ def test_immediate_mode_checks_find_records_by_their_configs(isolated, monkeypat
     assert [s.solver for s in found] == ["ConvDirectTiledFwd", "GemmFwdRest"]
     assert found[0].config == config
     assert seen == [("ConvDirectTiledFwd", config), ("GemmFwdRest", None)]
+
+
+def test_precheck_checks_recorded_configs_in_the_products_the_solvers_use(monkeypatch):
+    """The set-up thread's pre-check resolves a package's recorded configs in the process's one
+    LtGemm per product (what the solvers ask later), counts those accepted and never raises."""
+    lt = FakeLt(monkeypatch)
+    products = {}
+
+    def shared(key):
+        if key == ("broken",):
+            raise cuda_libs.InternalError("cublasLtMatmulDescCreate failed")
+        return products.setdefault(key, lt.gemm())
+
+    monkeypatch.setattr(cuda_libs, "lt_gemm", shared)
+    calls = [(("p1",), GOOD), (("p2",), PICKED), (("broken",), GOOD), (("p1",), GOOD)]
+    # p1 twice; PICKED is refused rebuilt, then found among the heuristics' picks; broken skipped
+    assert cuda_libs.precheck(calls) == 3 and lt.heuristics == 1
+    assert lt.builds.count(GOOD) == 1  # the second p1 found it checked
+    assert products[("p1",)].resolve(GOOD) is not None and lt.builds.count(GOOD) == 1

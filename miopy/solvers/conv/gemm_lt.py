@@ -24,11 +24,10 @@ Hopper split-K kernels want it); the solution asks for what the chosen algorithm
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
 
 from miopy import log
-from miopy.backends.cuda_libs import ALGO_FIELDS, ORDER_COL, ORDER_ROW
+from miopy.backends.cuda_libs import ALGO_FIELDS, ORDER_COL, ORDER_ROW, lt_gemm
 from miopy.errors import MiopyError
 from miopy.problem.conv import ConvProblem
 from miopy.solution import Call, Program, Tensor, Workspace
@@ -85,11 +84,7 @@ def lt_unknown(ctx) -> bool:
     return getattr(getattr(ctx, "backend", None), "name", None) == "cuda" and _lt_missing() is not None
 
 
-@functools.lru_cache(maxsize=256)
-def _lt_gemm(key: tuple) -> Any:
-    from miopy.backends.cuda_libs import LtGemm
-
-    return LtGemm(*key)
+_lt_gemm = lt_gemm  # one LtGemm per product and process, shared with the set-up pre-checks
 
 
 def lt_problem(
