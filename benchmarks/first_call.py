@@ -146,6 +146,7 @@ if profile != "-":  # the first iteration under cProfile (slower: figures of suc
 # The background BLAS set-up (CUDA: cuBLAS, cuBLASLt and its one-time initialization) still
 # running when the clock starts: then the first iteration waits for part of it.
 set_up = [getattr(h.backend, n, None) for n in ("_blas_thread", "_precheck_thread")]
+set_up.append(getattr(h, "_prefetch_thread", None))
 set_up_busy = any(t is not None and t.is_alive() for t in set_up)
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
 first_host = host["host_s"]
@@ -172,6 +173,7 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
                   "chosen": chosen, "warmed": warmed, "first_host_s": first_host,
                   "set_up_busy": set_up_busy, "lt_init_s": getattr(h.backend, "lt_initialized_s", None),
                   "prechecked": getattr(h.backend, "library_prechecked", None),
+                  "prefetched": getattr(h.kernel_cache, "prefetched", None),
                   "warm_host_s": warm_host[warm.index(min(warm))],
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
 """
@@ -393,14 +395,17 @@ def _line(r: dict) -> str:
 
 
 def _set_up_note(r: dict) -> str:
-    """CUDA: the handle's background BLAS set-up (cuBLASLt's initialization included)."""
-    if r.get("lt_init_s") is None and not r.get("set_up_busy"):
-        return ""
+    """The handle's background set-up: package binaries read ahead; CUDA: the BLAS set-up
+    (cuBLASLt's initialization and the package's recorded cuBLASLt checks)."""
+    if r.get("lt_init_s") is None:
+        busy = "still running" if r.get("set_up_busy") else "done"
+        return f"\n{'':24s} package binaries read ahead {r.get('prefetched')}; {busy} when the clock started"
     init = f"{r['lt_init_s']:.3f} s" if r.get("lt_init_s") is not None else "not run"
     busy = "still running" if r.get("set_up_busy") else "done"
     return (
         f"\n{'':24s} cuBLASLt initialization on the set-up thread {init}, recorded cuBLASLt "
-        f"algorithms pre-checked {r.get('prechecked')}; that set-up {busy} when the clock started"
+        f"algorithms pre-checked {r.get('prechecked')}, package binaries read ahead "
+        f"{r.get('prefetched')}; that set-up {busy} when the clock started"
     )
 
 

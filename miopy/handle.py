@@ -48,6 +48,7 @@ class Handle:
             warm(self.package_choices.library_calls)  # made here: the thread only reads it
         elif precheck is not None and not config.disable_cache():
             precheck(self.package_choices.library_calls)  # checks only: nothing runs
+        self._prefetch_thread = None if config.disable_cache() else self._prefetch_kernels()
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
             self.backend.name,
@@ -55,6 +56,26 @@ class Handle:
             self.info.arch,
             self.info.compute_units,
         )
+
+    def _prefetch_kernels(self) -> threading.Thread | None:
+        """With a kernel package: read its binaries for this device into memory on a thread of
+        its own (KernelCache.prefetch), while the caller sets up; the first iteration's kernels
+        then come from memory instead of SQLite and zlib."""
+        cache = self.kernel_cache
+        if not cache.package_paths():
+            return None
+        with self._cache_lock:
+            packages = cache._files()[:-1]  # opened here: one set of files for both threads
+
+        def run() -> None:
+            try:
+                cache.prefetch(self.info.fingerprint, packages)
+            except Exception as exc:  # get() reads them itself
+                _log.debug("kernel package prefetch failed (%s)", exc)
+
+        thread = threading.Thread(target=run, name="miopy-kernel-prefetch", daemon=True)
+        thread.start()
+        return thread
 
     # ---- identity ---------------------------------------------------------------------------------
     @property

@@ -57,8 +57,13 @@ class KernelKey:
         return (self.file, self.name, self.options, self.source_hash, self.fingerprint)
 
 
+# At most this many bytes of package binaries are read ahead into memory (``prefetch``).
+PREFETCH_MAX_BYTES = 64 << 20
+
+
 class KernelCache:
-    """``hits`` and ``misses`` count get() answers, for tests and logs."""
+    """``hits`` and ``misses`` count get() answers, for tests and logs; ``prefetched`` counts
+    package binaries read ahead (``prefetch``)."""
 
     def __init__(
         self, db_basename: str, backend_name: str, arch: str | None = None, compute_units: int | None = None
@@ -70,6 +75,8 @@ class KernelCache:
         self.hits = 0
         self.misses = 0
         self._dbs: tuple[SqliteFile, ...] | None = None  # packages..., then the user cache (last)
+        self._ahead: dict[tuple[str, ...], bytes] = {}  # key columns -> binary, read by prefetch
+        self.prefetched = 0
 
     def package_paths(self) -> list:
         """The kernel packages this cache reads, in order (at most one per folder)."""
@@ -106,10 +113,42 @@ class KernelCache:
             )
         return self._dbs
 
+    def prefetch(self, fingerprint: str, files: tuple[SqliteFile, ...] | None = None) -> int:
+        """Read this compiler's binaries from the kernel packages into memory now, checked as
+        get() checks them, up to PREFETCH_MAX_BYTES: a handle runs this on a set-up thread (SQLite,
+        zlib and sha256 leave Python's lock to other threads) so that the first iteration's get()
+        takes them from memory. Each is dropped from memory when get() hands it out; those never
+        asked for stay until the cache goes. ``files``: the packages (default: this cache's).
+        Returns how many were read."""
+        if config.disable_cache():
+            return 0
+        packages = files if files is not None else self._files()[:-1]
+        total = count = 0
+        columns = ", ".join((*KEY_COLUMNS, "kernel_blob", "kernel_hash", "uncompressed_size"))
+        sql = f"SELECT {columns} FROM kern_db WHERE fingerprint = ?"
+        for db in packages:
+            for *key, blob, digest, size in db.query(sql, (fingerprint,)):
+                if not isinstance(size, int) or total + size > PREFETCH_MAX_BYTES:
+                    continue
+                key = tuple(key)
+                if key in self._ahead:
+                    continue  # an earlier package's entry wins, as in get()
+                binary = unpack(blob, digest, size)
+                if binary is not None:
+                    self._ahead[key] = binary
+                    total, count = total + size, count + 1
+        self.prefetched += count
+        return count
+
     def get(self, key: KernelKey) -> bytes | None:
         if config.disable_cache():
             self.misses += 1
             return None
+        if self._ahead:
+            binary = self._ahead.pop(key.columns(), None)
+            if binary is not None:
+                self.hits += 1
+                return binary
         for db in self._files():
             sql = f"SELECT kernel_blob, kernel_hash, uncompressed_size FROM kern_db WHERE {_KEY_WHERE}"
             for blob, digest, size in db.query(sql, key.columns()):

@@ -169,3 +169,37 @@ def test_corrupt_system_file_is_ignored(db_env, warned):
     assert cache.get(key()) == b"x"
     assert len(warned()) == 1
     assert (db_env["system"] / f"{BASE}.kdb").read_bytes() == b"\0garbage" * 200
+
+
+def test_prefetch_reads_a_package_ahead_and_get_hands_it_out_once(db_env, monkeypatch, warned, tmp_path):
+    """A handle reads its package's binaries ahead (KernelCache.prefetch, on a set-up thread):
+    get() then answers from memory what it would have read, the same bytes; entries of another
+    compiler, damaged ones and those over the size cap are left to get()'s own reading."""
+    import sqlite3 as sq
+
+    from miopy.db import kernel_cache
+
+    monkeypatch.setenv("MIOPY_CUSTOM_CACHE_DIR", str(tmp_path / "build"))
+    builder = KernelCache(BASE, BACKEND)
+    entries = fill(builder, 4)
+    other = key(9, fingerprint="another compiler")
+    builder.put(other, b"other" * 50)
+    builder.close()
+    db_env["system"].mkdir()
+    package = db_env["system"] / f"{BASE}.kdb"
+    shutil.copy(tmp_path / "build" / f"{BASE}.{BACKEND}.ukdb", package)
+    conn = sq.connect(package)
+    conn.execute("UPDATE kern_db SET kernel_hash = ? WHERE kernel_name = 'k3'", ("0" * 64,))  # damaged
+    conn.commit()
+    conn.close()
+    monkeypatch.setenv("MIOPY_CUSTOM_CACHE_DIR", str(db_env["cache"]))
+    monkeypatch.setattr(kernel_cache, "PREFETCH_MAX_BYTES", 2 * 4096 + 10)  # room for two
+    cache = KernelCache(BASE, BACKEND)
+    assert cache.prefetch("pocl 6.0") == 2 and cache.prefetched == 2
+    ahead = set(cache._ahead)
+    assert ahead <= {k.columns() for k in entries} and key(3).columns() not in ahead
+    for k, binary in list(entries.items())[:3]:
+        assert cache.get(k) == binary  # from memory or, past the cap, from the file
+    assert cache._ahead == {} and cache.hits == 3
+    assert cache.get(key(3)) is None and cache.misses == 1  # the damaged entry: a miss, as before
+    assert cache.get(other) == b"other" * 50  # another compiler's: read when asked

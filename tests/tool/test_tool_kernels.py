@@ -31,9 +31,13 @@ import miopy
 from miopy.engine.find import find_solutions
 from miopy.tool import workload
 h = miopy.Handle("opencl")
+if h._prefetch_thread is not None:  # the package's binaries read ahead: wait for them
+    h._prefetch_thread.join()
+ahead = len(h.kernel_cache._ahead)
 for p in workload.load(sys.argv[1]).problems:
     find_solutions(h, p)
-print(json.dumps({"hits": h.kernel_cache.hits, "misses": h.kernel_cache.misses}))
+print(json.dumps({"hits": h.kernel_cache.hits, "misses": h.kernel_cache.misses,
+                  "prefetched": h.kernel_cache.prefetched, "used": ahead - len(h.kernel_cache._ahead)}))
 """
 
 
@@ -67,6 +71,8 @@ def test_build_install_then_a_fresh_process_compiles_nothing(ocl, built, tool, t
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout.splitlines()[-1])
     assert counts["misses"] == 0 and counts["hits"] >= 3
+    # every binary the package holds was read ahead, and every hit came from that read
+    assert counts["prefetched"] == manifest["kernels"] and counts["used"] == counts["hits"]
     assert "compiling" not in done.stderr and "Missing system database" not in done.stderr
     assert not list(dirs["cache"].glob("*.ukdb")) or tool_json("cache", "list") == []
 
