@@ -48,7 +48,8 @@ class Handle:
             warm(self.package_choices.library_calls)  # made here: the thread only reads it
         elif precheck is not None and not config.disable_cache():
             precheck(self.package_choices.library_calls)  # checks only: nothing runs
-        self._prefetch_thread = None if config.disable_cache() else self._prefetch_kernels()
+        prefetch = config.kernel_prefetch(self.backend.name) and not config.disable_cache()
+        self._prefetch_thread = self._prefetch_kernels() if prefetch else None
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
             self.backend.name,

@@ -65,8 +65,9 @@ def test_build_install_then_a_fresh_process_compiles_nothing(ocl, built, tool, t
     installed = dirs["kdb"] / path.name
     assert installed.is_file() and (installed.stat().st_mode & 0o077) == 0
     assert tool_json("info")["devices"][0]["kernel_package"] == str(installed)
+    ahead = {**os.environ, "MIOPY_KERNEL_PREFETCH": "1"}  # off on OpenCL by default
     done = subprocess.run(
-        [sys.executable, "-c", FRESH, str(work)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", FRESH, str(work)], capture_output=True, text=True, timeout=600, env=ahead
     )
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout.splitlines()[-1])
