@@ -309,7 +309,7 @@ _SPIN_MAX_NS = 200_000_000
 
 def _c_scalar(value: np.generic) -> ctypes.Array:
     """A kernel argument passed by value: the scalar's own bytes."""
-    raw = np.asarray(value).tobytes()
+    raw = value.tobytes() if isinstance(value, np.generic) else np.asarray(value).tobytes()
     return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
 
 

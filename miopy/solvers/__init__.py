@@ -124,14 +124,24 @@ def all_solvers() -> list[Solver]:
     return [solver for solvers in SOLVERS.values() for solver in solvers]
 
 
+# primitive (None: all) -> (the solvers' identities, {name or id as text: first such solver})
+_INDEX: dict[str | None, tuple[tuple[int, ...], dict[str, Solver]]] = {}
+
+
 def by_name(name: str | int, primitive: str | None = None) -> Solver | None:
     """A solver by its name or its id (as text or int), among ``primitive``'s solvers or all
-    (ids are unique within a primitive; names everywhere)."""
+    (ids are unique within a primitive; names everywhere): the first in registry order whose
+    name or id matches, looked up in an index kept while the registry is unchanged."""
     pool = all_solvers() if primitive is None else solvers_for(primitive)
-    for solver in pool:
-        if solver.name == str(name) or str(solver.id) == str(name):
-            return solver
-    return None
+    ids = tuple(map(id, pool))
+    kept = _INDEX.get(primitive)
+    if kept is None or kept[0] != ids:
+        index: dict[str, Solver] = {}
+        for solver in pool:
+            index.setdefault(solver.name, solver)
+            index.setdefault(str(solver.id), solver)
+        kept = _INDEX[primitive] = (ids, index)
+    return kept[1].get(str(name))
 
 
 __all__ = ["CONV_SOLVERS", "SOLVERS", "Solver", "TunableSolver", "all_solvers", "by_name", "solvers_for"]
