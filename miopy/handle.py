@@ -284,8 +284,12 @@ class Handle:
         if key is not None and all(h is None for h in hosts.values()):
             invoker.check(args)  # the buffers the recorded calls are bound to
             recorder = Recorder(backend)
-            kernels = {spec: self.compile(spec) for spec in solution.program.kernels}
-            ProgramInvoker(recorder, solution.program, kernels)(args)
+            inner = invoker.invoker
+            if isinstance(inner, ProgramInvoker) and inner.program is solution.program:
+                inner.on(recorder)(args)  # its kernels and resolved steps, recorded
+            else:
+                kernels = {spec: self.compile(spec) for spec in solution.program.kernels}
+                ProgramInvoker(recorder, solution.program, kernels)(args)
             if recorder.ok:
                 calls = backend.finish_prepared(recorder.calls)
                 self._prepared.put(key, (weakref.ref(solution), calls, owned))

@@ -36,6 +36,7 @@ class ProgramInvoker:
     def __init__(self, backend: Any, program: Program, kernels: Mapping[KernelSpec, Any]):
         self.backend = backend
         self.program = program
+        self.kernels = kernels
         self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...], int, bool]] = []
         for step in program.steps:
             if isinstance(step, Launch):
@@ -60,6 +61,14 @@ class ProgramInvoker:
                 self._launches.append((step.method, template, slots, (), (), 0, False))
             else:
                 raise BadParm(f"step={type(step).__name__}: not a Launch, a Gemm or a Call")
+
+    def on(self, backend: Any) -> ProgramInvoker:
+        """The same invoker on another backend (e.g. a recorder of prepared calls): what was
+        resolved once is shared, nothing is resolved again."""
+        other = object.__new__(ProgramInvoker)
+        other.backend, other.program, other.kernels = backend, self.program, self.kernels
+        other._launches = self._launches
+        return other
 
     def __call__(self, args: InvokeArgs) -> None:
         backend = self.backend
