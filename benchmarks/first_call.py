@@ -11,7 +11,16 @@ iteration, with the minimum and median over the processes):
   device buffers are filled; nothing is printed while it runs (a process stopped by
   ``--time-cap`` says how far it got when it is stopped); ``host``: the part before the final
   sync (choosing and enqueueing), so that first - host is what the device still had to do;
-- ``warm``: the best of the next iterations in the same process (everything cached);
+- ``warm``: the best of the next iterations in the same process: the same API calls as the
+  first (``get_solutions`` or ``find_solutions`` then ``run_solution`` for every problem, then a
+  device sync), with everything already in memory (immediate mode's kept answers, the loaded
+  kernels, the prepared calls recorded by the first run, the workspaces);
+- where the clock starts: after the handle is made and every device buffer is allocated and
+  filled (a framework's first training step, after its model and data are set up). Work a handle
+  starts in the background as it is made (CUDA: cuBLAS/cuBLASLt handles and cuBLASLt's one-time
+  initialization, the package's recorded cuBLASLt algorithms checked, the package's binaries
+  read into memory) overlaps that set-up; each case says whether it was still running when the
+  clock started, and the two figures below include it;
 - ``fresh process to first result``: from the parent starting the process to the end of the
   first iteration (interpreter start, imports, the handle, filling the buffers included), and
   ``handle made to first result``: from just before ``miopy.Handle()`` to the end of the first

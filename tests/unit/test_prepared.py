@@ -84,3 +84,38 @@ def test_device_array_in_logical_shape_with_the_layouts_strides_is_accepted():
         check_device(Tensor((2, 3, 4, 5), (60, 20, 5, 1)), desc, "x")
     w = TensorDesc("fp16", (8, 3, 1, 1), layout="NHWC")  # 1x1: torch gives (3, 1, 3, 3)
     check_device(Tensor((8, 3, 1, 1), (3, 1, 3, 3)), w, "w")
+
+
+def test_an_invoker_on_a_recorder_records_what_a_new_invoker_would():
+    """A first run records its prepared calls through the solution's own invoker moved onto the
+    recorder (ProgramInvoker.on), not through a second invoker: the same calls, same order,
+    same resolved buffers, and the original still runs on its backend."""
+    import numpy as np
+
+    from miopy.invoker import ProgramInvoker
+    from miopy.solution import InvokeArgs, KernelSpec, Launch, Program, Tensor, Workspace
+
+    a, b = KernelSpec("f", "a", {"X": 1}, (8,), (4,)), KernelSpec("f", "b", {}, (16,), (8,))
+    program = Program(
+        (
+            Launch(a, (Tensor("x"), np.int32(3), Workspace())),
+            Launch(b, (Tensor("y"), Tensor("x"))),
+            Launch(a, (Tensor("y"), np.int32(5), Workspace())),
+        )
+    )
+    ka, kb = ("kernel a",), ("kernel b",)  # kernel handles (a str would name a library call)
+    kernels = {a: ka, b: kb}
+    args = InvokeArgs({"x": b"xx", "y": b"yyy"}, b"ws")
+    own = ProgramInvoker(FakeBackend(), program, kernels)
+    records = []
+    for invoker in (own.on, lambda rec: ProgramInvoker(rec, program, kernels)):
+        backend = FakeBackend()
+        rec = Recorder(backend)
+        invoker(rec)(args)
+        assert rec.ok and backend.enqueued == []
+        for call in rec.calls:
+            call()
+        records.append(backend.enqueued)
+    assert records[0] == records[1] and [r[1] for r in records[0]] == [ka, kb, ka]
+    own(args)
+    assert own.backend.enqueued == records[0]
