@@ -10,14 +10,52 @@ command line that reproduces it.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from miopy.tensor import DataType, TensorDesc
 
 
+# What a problem works out from its fields alone, kept on the (frozen) problem after the first
+# call: a first iteration asked a convolution's key, invoker key and solver view several times each
+# (the find DB, the package's choices, the invoker cache, the kept answers).
+_MEMO = ("key", "network_config", "invoker_key", "solver_view")
+_UNSET = object()
+
+
+def _memo(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    slot = f"_memo_{fn.__name__}"
+
+    @functools.wraps(fn)
+    def kept(self: Any) -> Any:
+        value = self.__dict__.get(slot, _UNSET)
+        if value is _UNSET:
+            value = fn(self)
+            if value is not self:  # a problem that is its own view: no cycle through itself
+                self.__dict__[slot] = value  # not a field: equality and hash ignore it
+        return value
+
+    kept.memo = True  # type: ignore[attr-defined]
+    return kept
+
+
 class Problem(abc.ABC):
-    """Base of ConvProblem, and of the problem of every later primitive."""
+    """Base of ConvProblem, and of the problem of every later primitive. Problems are frozen:
+    ``key``, ``network_config``, ``invoker_key`` and ``solver_view`` are computed once per
+    problem object and kept."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _MEMO:
+            fn = cls.__dict__.get(name)
+            if (
+                callable(fn)
+                and not getattr(fn, "memo", False)
+                and not getattr(fn, "__isabstractmethod__", False)
+            ):
+                setattr(cls, name, _memo(fn))
 
     # "conv", "pool", "activ", ...: picks the solver list, and is part of every DB record.
     primitive: ClassVar[str]
@@ -38,6 +76,7 @@ class Problem(abc.ABC):
     def network_config(self) -> str:
         """Everything an invoker depends on (shapes, layouts, data type, direction...)."""
 
+    @_memo
     def invoker_key(self) -> str:
         """The invoker cache's key: the network config plus every tensor's full strides, so that
         two problems sharing a cached invoker address memory identically."""
@@ -65,6 +104,7 @@ class Problem(abc.ABC):
         return self.tensors()[self.outputs[0]].dtype
 
     # ---- what solvers see ----------------------------------------------------------------------
+    @_memo
     def solver_view(self) -> Problem:
         """The problem as its solvers see it; taken once, where a call enters the engine.
         Convolution resolves pad modes and turns a transposed convolution into the opposite

@@ -235,3 +235,27 @@ def test_handle_device_must_be_an_index():
 
     with pytest.raises(errors.BadParm, match="device="):
         Handle("opencl", device="a")
+
+
+def test_a_problem_computes_its_keys_and_view_once():
+    """Problems are frozen: key, network config, invoker key and solver view are computed once
+    per problem object and kept (not fields: equality, hashing and pickling are unchanged)."""
+    import pickle
+
+    from miopy.problem.conv import ConvDesc, ConvProblem
+    from miopy.tensor import TensorDesc
+
+    def make():
+        x, w = TensorDesc("fp32", (1, 2, 6, 6)), TensorDesc("fp32", (2, 4, 3, 3))
+        return ConvProblem.create(x, w, ConvDesc((1, 1), mode="trans"), "F")
+
+    p = make()
+    first = (p.key(), p.network_config(), p.invoker_key(), p.solver_view())
+    again = (p.key(), p.network_config(), p.invoker_key(), p.solver_view())
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    fresh = make()
+    assert fresh == p and hash(fresh) == hash(p)
+    assert (fresh.key(), fresh.network_config(), fresh.invoker_key()) == first[:3]
+    assert fresh.solver_view() == first[3] and first[3] is not p  # a transposed conv's view
+    back = pickle.loads(pickle.dumps(p))
+    assert back == p and back.key() == first[0]
