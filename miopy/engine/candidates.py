@@ -103,7 +103,10 @@ def make_solution(
         "time_ms": time_ms,
     }
     if defer:
-        owner = weakref.ref(handle)  # no cycle through the handle's cache of answers
+        try:
+            owner = weakref.ref(handle)  # no cycle through the handle's cache of answers
+        except TypeError:  # a context that takes no weak reference (a stand-in): held as is
+            owner = lambda: handle  # noqa: E731
 
         def build() -> Program:
             made = owner()
