@@ -72,7 +72,6 @@ def test_not_applicable():
 # ---- on the GPU ------------------------------------------------------------------------------
 _WHY = backends.unavailable_reason("cuda")
 gpu = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
-TOL = {"FP32": 2e-6, "FP16": 8.2e-3, "BF16": 6.6e-2}
 
 
 @pytest.fixture(scope="module")
@@ -83,35 +82,10 @@ def cuda():
 
 
 def _run(handle, problem, solver, rng, offset=0.0, misalign=False, tol=None):
-    from test_norms_cuda import MEAN_ROLES, _mean_err
-
-    from miopy.engine.candidates import make_solution
-    from miopy.reference import bnorm as ref
-    from miopy.reference.common import rms_range, view
-    from miopy.tensor import from_storage
+    from test_norms_cuda import run_solver
 
     assert solver.is_applicable(handle, problem) is None, solver.is_applicable(handle, problem)
-    bufs = ref.random_buffers(problem, rng, offset)
-    want = ref.reference(problem, bufs)
-    sol = make_solution(handle, problem, solver)
-    if misalign:
-        import cupy as cp
-
-        dev = {}
-        for role, host in bufs.items():
-            raw = cp.zeros(host.size + 1, dtype=host.dtype)
-            raw[1:] = cp.asarray(host)
-            dev[role] = raw[1:]
-        sol.run(handle, dev)
-        bufs = {r: cp.asnumpy(a) for r, a in dev.items()}
-    else:
-        sol.run(handle, bufs)
-    t = problem.tensors()
-    for role, w in want.items():
-        got = from_storage(view(bufs[role], t[role]), t[role].dtype)
-        limit = tol or TOL[t[role].dtype.value]
-        err = _mean_err(got, w, bufs, t) if role in MEAN_ROLES else rms_range(got, w)
-        assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
+    run_solver(handle, problem, solver, rng, offset, tol, misalign)
 
 
 SOLVERS = [BnFwdTrainingGrid(), BnBwdGrid(), BnBwdGridL2()]

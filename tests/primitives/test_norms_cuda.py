@@ -49,29 +49,35 @@ def _check(handle, problem, rng, offset=0.0, tol=None, misalign=False):
     for solver in SOLVERS["bnorm"]:
         if solver.is_applicable(handle, problem) is not None:
             continue
-        bufs = ref.random_buffers(problem, rng, offset)
-        want = ref.reference(problem, bufs)
-        sol = make_solution(handle, problem, solver)
-        if misalign:
-            import cupy as cp
-
-            dev = {}
-            for role, host in bufs.items():
-                raw = cp.zeros(host.size + 1, dtype=host.dtype)
-                raw[1:] = cp.asarray(host)
-                dev[role] = raw[1:]
-            sol.run(handle, dev)
-            bufs = {r: cp.asnumpy(a) for r, a in dev.items()}
-        else:
-            sol.run(handle, bufs)
-        t = problem.tensors()
-        for role, w in want.items():
-            got = from_storage(view(bufs[role], t[role]), t[role].dtype)
-            limit = tol or TOL[t[role].dtype.value]
-            err = _mean_err(got, w, bufs, t) if role in MEAN_ROLES else rms_range(got, w)
-            assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
+        run_solver(handle, problem, solver, rng, offset, tol, misalign)
         ran += 1
     return ran
+
+
+def run_solver(handle, problem, solver, rng, offset=0.0, tol=None, misalign=False) -> None:
+    """One batch norm solver on random buffers (offset: the data's mean) against the reference;
+    ``misalign`` passes CuPy arrays one element past an allocation's start."""
+    bufs = ref.random_buffers(problem, rng, offset)
+    want = ref.reference(problem, bufs)
+    sol = make_solution(handle, problem, solver)
+    if misalign:
+        import cupy as cp
+
+        dev = {}
+        for role, host in bufs.items():
+            raw = cp.zeros(host.size + 1, dtype=host.dtype)
+            raw[1:] = cp.asarray(host)
+            dev[role] = raw[1:]
+        sol.run(handle, dev)
+        bufs = {r: cp.asnumpy(a) for r, a in dev.items()}
+    else:
+        sol.run(handle, bufs)
+    t = problem.tensors()
+    for role, w in want.items():
+        got = from_storage(view(bufs[role], t[role]), t[role].dtype)
+        limit = tol or TOL[t[role].dtype.value]
+        err = _mean_err(got, w, bufs, t) if role in MEAN_ROLES else rms_range(got, w)
+        assert err < limit, f"{solver.name} {problem.key()} {role}: {err}"
 
 
 @pytest.mark.parametrize(
