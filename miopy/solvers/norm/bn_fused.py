@@ -129,8 +129,10 @@ def _cols_plan(
     return None if best is None else best[1]
 
 
-def fused_plan(ctx, problem, kind: str) -> FusedPlan | str:
-    """The one-kernel batch norm's plan for ``problem``, or why it does not apply."""
+def spatial_geometry(ctx, problem, kind: str) -> PackedGeometry | str:
+    """What the one-launch CUDA batch norms (this module's and bn_grid's) share: a spatial
+    ``kind`` pass ("bn_train" / "bn_bwd") on CUDA with contiguous scale and statistics, over
+    packed data; its geometry, or why it does not apply."""
     if getattr(ctx, "backend_name", None) != "cuda":
         return "backend is not CUDA"
     if getattr(problem, "primitive", None) != "bnorm":
@@ -142,10 +144,16 @@ def fused_plan(ctx, problem, kind: str) -> FusedPlan | str:
     p = problem.param
     if p.lens[1] > 1 and p.strides[1] != 1:
         return "scale and statistics are not contiguous"
-    bwd = kind == "bn_bwd"
-    geo = packed_geometry(problem.norm_dims(), ("x", "dy", "dx") if bwd else ("x", "y"))
+    roles = ("x", "dy", "dx") if kind == "bn_bwd" else ("x", "y")
+    return packed_geometry(problem.norm_dims(), roles)
+
+
+def fused_plan(ctx, problem, kind: str) -> FusedPlan | str:
+    """The one-kernel batch norm's plan for ``problem``, or why it does not apply."""
+    geo = spatial_geometry(ctx, problem, kind)
     if isinstance(geo, str):
         return geo
+    bwd = kind == "bn_bwd"
     if geo.kind == "rows" and geo.klo:
         return "a key of two dims"
     if geo.kind == "cols" and geo.rstride != geo.K:

@@ -19,9 +19,9 @@ import numpy as np
 
 from miopy.solution import KernelSpec, Launch, Program, Scalar, Tensor, Workspace
 from miopy.solvers.base import Solver
-from miopy.solvers.norm.bn_fused import _arch, _sms
+from miopy.solvers.norm.bn_fused import _arch, _sms, spatial_geometry
 from miopy.solvers.norm.program import F_DY, VEC_BYTES
-from miopy.solvers.norm.view import PackedGeometry, packed_geometry
+from miopy.solvers.norm.view import PackedGeometry
 
 MIN_ARCH = 70  # ld.acquire and __nanosleep
 MOST_CHANNELS = 512  # channels a work-group takes (its reduction table in static shared memory)
@@ -64,23 +64,12 @@ def _reduction_table(local: int, tx: int, vw: int) -> int:
 def grid_plan(ctx, problem, kind: str, shape: tuple[int, ...] | None = None) -> GridPlan | str:
     """The persistent-grid batch norm's plan for ``problem`` (``shape`` as SHAPE's, by default
     SHAPE[kind]), or why it does not apply."""
-    if getattr(ctx, "backend_name", None) != "cuda":
-        return "backend is not CUDA"
-    if _arch(ctx) < MIN_ARCH:
-        return f"needs sm_{MIN_ARCH} or later"
-    if getattr(problem, "primitive", None) != "bnorm":
-        return "not a batch norm"
-    if problem.norm_kind != kind:
-        return f"pass is {problem.norm_kind}"
-    if problem.mode.name != "SPATIAL":
-        return "per-activation mode"
-    p = problem.param
-    if p.lens[1] > 1 and p.strides[1] != 1:
-        return "scale and statistics are not contiguous"
-    bwd = kind == "bn_bwd"
-    geo = packed_geometry(problem.norm_dims(), ("x", "dy", "dx") if bwd else ("x", "y"))
+    geo = spatial_geometry(ctx, problem, kind)
     if isinstance(geo, str):
         return geo
+    if _arch(ctx) < MIN_ARCH:
+        return f"needs sm_{MIN_ARCH} or later"
+    bwd = kind == "bn_bwd"
     if geo.kind != "cols" or geo.rstride != geo.K:
         return "x is not channels-last packed"
     if geo.rows * geo.K >= MOST_INDEX:
