@@ -825,7 +825,12 @@ KERNEL void pool_bwd(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT 
    *_channels_cpu: x and y channels contiguous: a work item per output position, 8 channels at a
    time, the window clipped once for every lane.
    The GPU kernel took 20-120 times the time of a copy on PoCL. */
-#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+/* Built only into the programs of the solvers that launch them (POOL_CPU_KERNELS=1): the other
+   pooling programs skip their compilation on PoCL. */
+#ifndef POOL_CPU_KERNELS
+#define POOL_CPU_KERNELS 0
+#endif
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3 && POOL_CPU_KERNELS
 #include "common/cpu_vec.h"
 #define POOL_ROW_BUF 2112 /* floats of a padded input row (the solver checks the fit) */
 #if POOL_MODE == 0

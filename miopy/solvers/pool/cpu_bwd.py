@@ -74,7 +74,7 @@ class PoolingBwdCpu(Solver):
             work = n * d * -(-h // sh) * -(-w // sw)
         else:
             work = n * c * d * -(-h // ROWS_PER_ITEM)
-        defs = {"MIOPY_DTYPE": problem.dtype.code, "POOL_MODE": problem.desc.mode.code}
+        defs = {"MIOPY_DTYPE": problem.dtype.code, "POOL_MODE": problem.desc.mode.code, "POOL_CPU_KERNELS": 1}
         if problem.uses_index:
             defs.update(
                 POOL_SAVE_INDEX=1,

@@ -133,7 +133,7 @@ def cpu_fwd_program(ctx, p: PoolingProblem) -> Program | None:
         kind, work = "rows", n * c * d * h
     else:
         return None
-    defs = {"MIOPY_DTYPE": p.dtype.code, "POOL_MODE": p.desc.mode.code}
+    defs = {"MIOPY_DTYPE": p.dtype.code, "POOL_MODE": p.desc.mode.code, "POOL_CPU_KERNELS": 1}
     if p.uses_index:
         defs.update(
             POOL_SAVE_INDEX=1,
