@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 
 from miopy.problem.passes import Pass
-from miopy.problem.pooling import IndexMode, PoolingProblem
+from miopy.problem.pooling import PoolingProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
 from miopy.solvers.launch import cpu_grid, cpu_kernels
-from miopy.solvers.pool.direct import shape_args
+from miopy.solvers.pool.direct import cpu_defines, shape_args
 
 ROW_BUF = 520  # POOL_BWD_ROW of kernels/common/pool.h
 STAGES = 4  # POOL_BWD_STAGES: output rows covering one dx row
@@ -74,13 +74,6 @@ class PoolingBwdCpu(Solver):
             work = n * d * -(-h // sh) * -(-w // sw)
         else:
             work = n * c * d * -(-h // ROWS_PER_ITEM)
-        defs = {"MIOPY_DTYPE": problem.dtype.code, "POOL_MODE": problem.desc.mode.code, "POOL_CPU_KERNELS": 1}
-        if problem.uses_index:
-            defs.update(
-                POOL_SAVE_INDEX=1,
-                POOL_INDEX_TYPE=problem.desc.index_type.code,
-                POOL_INDEX_IMAGE=int(problem.desc.index_mode is IndexMode.IMAGE),
-            )
-        spec = KernelSpec("pool", f"pool_bwd_{kind}_cpu", defs, *cpu_grid(work))
+        spec = KernelSpec("pool", f"pool_bwd_{kind}_cpu", cpu_defines(problem), *cpu_grid(work))
         index = Tensor("index" if problem.uses_index else "dy")
         return Program((Launch(spec, (Tensor("dx"), Tensor("dy"), index, *shape_args(problem))),))

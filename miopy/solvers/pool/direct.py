@@ -65,6 +65,18 @@ def _too_few_items(ctx, problem: PoolingProblem) -> bool:
     return items < units * GPU_ITEMS_PER_UNIT
 
 
+def cpu_defines(p) -> dict[str, int]:
+    """The defines of a pooling program that launches pool.h's PoCL CPU kernels."""
+    defs = {"MIOPY_DTYPE": p.dtype.code, "POOL_MODE": p.desc.mode.code, "POOL_CPU_KERNELS": 1}
+    if p.uses_index:
+        defs.update(
+            POOL_SAVE_INDEX=1,
+            POOL_INDEX_TYPE=p.desc.index_type.code,
+            POOL_INDEX_IMAGE=int(p.desc.index_mode is IndexMode.IMAGE),
+        )
+    return defs
+
+
 def shape_args(p: PoolingProblem) -> list:
     """The POOL_SHAPE_ARGS of kernels/common/pool.h."""
     n, c, di, hi, wi = p.x.lens5()
@@ -133,14 +145,7 @@ def cpu_fwd_program(ctx, p: PoolingProblem) -> Program | None:
         kind, work = "rows", n * c * d * h
     else:
         return None
-    defs = {"MIOPY_DTYPE": p.dtype.code, "POOL_MODE": p.desc.mode.code, "POOL_CPU_KERNELS": 1}
-    if p.uses_index:
-        defs.update(
-            POOL_SAVE_INDEX=1,
-            POOL_INDEX_TYPE=p.desc.index_type.code,
-            POOL_INDEX_IMAGE=int(p.desc.index_mode is IndexMode.IMAGE),
-        )
-    spec = KernelSpec("pool", f"pool_fwd_{kind}_cpu", defs, *cpu_grid(work))
+    spec = KernelSpec("pool", f"pool_fwd_{kind}_cpu", cpu_defines(p), *cpu_grid(work))
     buffers = (Tensor("x"), Tensor("y"), Tensor("index" if p.uses_index else "y"))
     return Program((Launch(spec, (*buffers, *shape_args(p))),))
 
