@@ -40,7 +40,14 @@ from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, Con
 from miopy.solvers.conv.winograd_wrw_tf32x3 import ConvWinogradWrwF2x3Tf32x3
 from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
-from miopy.solvers.pool import PoolingBwdCpu, PoolingBwdDirect, PoolingBwdVec, PoolingFwdDirect, PoolingFwdVec
+from miopy.solvers.pool import (
+    PoolingBwdCpu,
+    PoolingBwdDirect,
+    PoolingBwdScatterCpu,
+    PoolingBwdVec,
+    PoolingFwdDirect,
+    PoolingFwdVec,
+)
 from miopy.solvers.reduce import (
     ReduceColumns,
     ReduceColumnsVec,
@@ -93,7 +100,14 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvDirectNaiveWrw(),
     ],
     "activ": [ActivFwdPacked(), ActivFwdStrided(), ActivBwdPacked(), ActivBwdStrided()],
-    "pool": [PoolingFwdVec(), PoolingFwdDirect(), PoolingBwdCpu(), PoolingBwdVec(), PoolingBwdDirect()],
+    "pool": [
+        PoolingFwdVec(),
+        PoolingFwdDirect(),
+        PoolingBwdScatterCpu(),
+        PoolingBwdCpu(),
+        PoolingBwdVec(),
+        PoolingBwdDirect(),
+    ],
     "bnorm": BNORM_SOLVERS,
     "tensorop": [TensorOpPacked(), TensorOpPackedVec(), TensorOpStrided()],
     "softmax": [SoftmaxRowsWarp(), SoftmaxRows(), SoftmaxCols(), SoftmaxStrided()],

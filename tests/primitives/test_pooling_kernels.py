@@ -113,6 +113,38 @@ def test_cpu_backward_kernels(ocl, dtype):
     assert solver.is_applicable(CudaLike(), problem).startswith("backend ")
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cpu_scatter_backward(ocl, dtype, monkeypatch):
+    """PoolingBwdScatterCpu (pool_bwd_scatter_channels_cpu: NHWC / NDHWC, a partial block of 8
+    channels) in bands of 2 dx rows (the outputs covering two bands added by both, each only inside
+    its band): overlapping and non-overlapping windows, padding at both edges, strides 1-3; max
+    with the index in the window (u8, u16) and in the image (u32), average with and without the
+    padding (bf16: max only). NCHW is not its layout."""
+    from miopy.solvers.pool import PoolingBwdScatterCpu, cpu_scatter
+
+    monkeypatch.setattr(cpu_scatter, "BAND_MOST", 2)
+    rng = np.random.default_rng(47)
+    solver = PoolingBwdScatterCpu()
+    cases = [
+        ("NHWC", (1, 11, 5, 6), (3, 3), (2, 2), (1, 1)),
+        ("NHWC", (2, 16, 7, 8), (2, 4), (2, 3), (0, 2)),
+        ("NDHWC", (1, 9, 3, 4, 5), (2, 2, 3), (1, 2, 2), (1, 0, 1)),
+    ]
+    kinds = (("max", "mask", "u8"), ("max", "image", "u32"), ("max", "mask", "u16"), ("avg", "mask", "u8"))
+    for mode, index_mode, index_type in kinds[:1] if dtype == "bf16" else kinds:
+        for layout, lens, window, stride, pad in cases:
+            kind = "avg_in" if mode == "avg" and stride[-1] == 3 else mode  # padding counted
+            desc = PoolingDesc(kind, window, stride, pad, index_mode=index_mode, index_type=index_type)
+            problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "B")
+            assert solver.is_applicable(ocl, problem) is None
+            check_pool(ocl, make_solution(ocl, problem, solver), rng)
+    assert solver.is_applicable(CudaLike(), problem).startswith("backend ")
+    forward = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "F")
+    assert solver.is_applicable(ocl, forward) == "direction is FORWARD"
+    nchw = PoolingProblem.create(PoolingDesc("max", (2, 2), (2, 2)), TensorDesc(dtype, (1, 3, 4, 5)), "B")
+    assert solver.is_applicable(ocl, nchw).startswith("dx and dy not channels-contiguous")
+
+
 def test_vec_not_applicable():
     nchw = PoolingProblem.create(PoolingDesc(), TensorDesc("fp16", (1, 16, 8, 8)))
     assert FWD["vec"].is_applicable(None, nchw) == "x is not channels-last"

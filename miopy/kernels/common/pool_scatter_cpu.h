@@ -1,0 +1,196 @@
+/* Backward pooling for CPU OpenCL devices (PoCL) over channels-contiguous tensors (NHWC, NDHWC)
+   by scatter into a private band of dx: a work item per (n, d, band of RH dx rows, 8 channels)
+   zeroes its band (float8 a position) in private memory, walks once over every output whose
+   window touches the band and adds its dy at each window position inside the band (max: the
+   lanes masked by the index; average: divided by the window's count), then stores the band. No
+   atomics (a work item writes only its own band). Every output and its index are read and
+   converted once a band, where the gathering kernels read them once for every dx cell they cover
+   (4 times for a 3x3/2 window). A scalar version for rows-contiguous tensors (NCHW: an index
+   decoded per output, a scalar add) measured twice as slow as pool_bwd_rows_cpu's vector gather.
+
+   Same arguments as kernels/common/pool.h (POOL_SHAPE_ARGS: logical N, C, D, H, W lens, window,
+   strides, pads, and the strides of dx, dy and the index), then RH.
+   Max index: POOL_INDEX_IMAGE 0 = the position inside the window ((fz*KH + fy)*KW + fx from the
+   window's unclipped start), 1 = in the image ((d*H + h)*W + w); POOL_INDEX_TYPE 0-3 =
+   u8/u16/u32/u64. POOL_MODE 0 max, 1 average excluding the padding, 2 average including it. */
+#ifndef MIOPY_POOL_SCATTER_CPU_H
+#define MIOPY_POOL_SCATTER_CPU_H
+#include "common/miopy_types.h"
+
+#ifndef POOL_MODE
+#define POOL_MODE 0
+#endif
+#ifndef POOL_INDEX_IMAGE
+#define POOL_INDEX_IMAGE 0
+#endif
+#ifndef POOL_INDEX_TYPE
+#define POOL_INDEX_TYPE 0
+#endif
+#define PSC_BUF 4096 /* floats of a work item's band (the solver picks RH to fit) */
+
+#if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
+#include "common/cpu_vec.h"
+
+#if POOL_INDEX_TYPE == 0
+typedef uchar idx_t;
+#elif POOL_INDEX_TYPE == 1
+typedef ushort idx_t;
+#elif POOL_INDEX_TYPE == 2
+typedef uint idx_t;
+#else
+typedef ulong idx_t;
+#endif
+
+#define PSC_SHAPE_ARGS                                                                                \
+    int N, int C, int Di, int Hi, int Wi, int Do, int Ho, int Wo, int kd, int kh, int kw, int sd, int sh, \
+        int sw, int pd, int ph, int pw, i64 xn, i64 xc, i64 xd, i64 xh, i64 xw, i64 yn, i64 yc, i64 yd,  \
+        i64 yh, i64 yw, i64 in_, i64 ic, i64 id_, i64 ih_, i64 iw_, int RH
+
+/* first output whose window [o s - p, o s - p + K) covers position t */
+DEVICE_FN int psc_first_out(int t, int p, int s, int K)
+{
+    const int lo = t + p - K + 1;
+    return lo <= 0 ? 0 : (lo + s - 1) / s;
+}
+
+/* the output range [o0, o1) whose windows cover positions [t0, t1) (t1 > t0) */
+#define PSC_COVER(o0, o1, t0, t1, p, s, K, O)          \
+    const int o0 = psc_first_out((t0), (p), (s), (K)); \
+    const int o1 = min(((t1) - 1 + (p)) / (s) + 1, (O));
+
+/* the window's divisor (average) */
+DEVICE_FN float psc_count(int z0, int y0, int x0, int kd, int kh, int kw, int Di, int Hi, int Wi)
+{
+#if POOL_MODE == 1
+    const int n = (min(z0 + kd, Di) - max(z0, 0)) * (min(y0 + kh, Hi) - max(y0, 0)) * (min(x0 + kw, Wi) - max(x0, 0));
+    return (float)(n > 0 ? n : 1);
+#else
+    return (float)(kd * kh * kw);
+#endif
+}
+
+/* lanes c0 .. c0 + 7 of a channels-contiguous run (0 past C) */
+DEVICE_FN float8 psc_lanes(const GLOBAL data_t* p, i64 base, int c0, int C)
+{
+    if(c0 + 8 <= C)
+        return load_f8(p, base + c0);
+#define PSC_LANE(k) (c0 + (k) < C ? LOAD(p, base + c0 + (k)) : 0.0f)
+    return (float8)(PSC_LANE(0), PSC_LANE(1), PSC_LANE(2), PSC_LANE(3), PSC_LANE(4), PSC_LANE(5), PSC_LANE(6),
+                    PSC_LANE(7));
+#undef PSC_LANE
+}
+
+/* the index of lanes c0 .. c0 + 7, step ic apart (-1 past C); contiguous u8 / u16 lanes shifted
+   out of whole words in vector operations */
+DEVICE_FN int8 psc_index_lanes(const GLOBAL idx_t* ip, i64 base, int c0, int C, i64 step)
+{
+    const GLOBAL idx_t* q = ip + base + c0;
+#if POOL_INDEX_TYPE == 0
+    if(step == 1 && c0 + 8 <= C)
+    {
+        const uint w0 = (uint)q[0] | ((uint)q[1] << 8) | ((uint)q[2] << 16) | ((uint)q[3] << 24);
+        const uint w1 = (uint)q[4] | ((uint)q[5] << 8) | ((uint)q[6] << 16) | ((uint)q[7] << 24);
+        const uint8 words = (uint8)(w0, w0, w0, w0, w1, w1, w1, w1);
+        return as_int8((words >> (uint8)(0, 8, 16, 24, 0, 8, 16, 24)) & 0xffu);
+    }
+#elif POOL_INDEX_TYPE == 1
+    if(step == 1 && c0 + 8 <= C)
+    {
+        const uint w0 = (uint)q[0] | ((uint)q[1] << 16), w1 = (uint)q[2] | ((uint)q[3] << 16);
+        const uint w2 = (uint)q[4] | ((uint)q[5] << 16), w3 = (uint)q[6] | ((uint)q[7] << 16);
+        const uint8 words = (uint8)(w0, w0, w1, w1, w2, w2, w3, w3);
+        return as_int8((words >> (uint8)(0, 16, 0, 16, 0, 16, 0, 16)) & 0xffffu);
+    }
+#endif
+#define PSC_LANE(k) (c0 + (k) < C ? (int)ip[base + (c0 + (k)) * step] : -1)
+    return (int8)(PSC_LANE(0), PSC_LANE(1), PSC_LANE(2), PSC_LANE(3), PSC_LANE(4), PSC_LANE(5), PSC_LANE(6),
+                  PSC_LANE(7));
+#undef PSC_LANE
+}
+
+KERNEL void pool_bwd_scatter_channels_cpu(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT dyp,
+                                          const GLOBAL idx_t* RESTRICT ip, PSC_SHAPE_ARGS)
+{
+    const int bands = (Hi + RH - 1) / RH, blocks = (C + 7) / 8;
+    const i64 t = GLOBAL_ID0;
+    if(t >= (i64)N * Di * bands * blocks)
+        return;
+    const int c0 = (int)(t % blocks) * 8;
+    const i64 r1 = t / blocks;
+    const int h0 = (int)(r1 % bands) * RH, h1 = min(h0 + RH, Hi);
+    const i64 r2 = r1 / bands;
+    const int di = (int)(r2 % Di);
+    const i64 n = r2 / Di;
+    float8 acc[PSC_BUF / 8];
+    for(int i = 0; i < (h1 - h0) * Wi; ++i)
+        acc[i] = (float8)(0.0f);
+    PSC_COVER(od0, od1, di, di + 1, pd, sd, kd, Do)
+    PSC_COVER(oh0, oh1, h0, h1, ph, sh, kh, Ho)
+    for(int od = od0; od < od1; ++od)
+    {
+        const int z0 = od * sd - pd;
+#if POOL_MODE == 0
+#if POOL_INDEX_IMAGE
+        const int want_d = di * Hi;
+#else
+        const int want_d = (di - z0) * kh;
+#endif
+#endif
+        for(int oh = oh0; oh < oh1; ++oh)
+        {
+            const int y0 = oh * sh - ph, ya = max(y0, h0), yb = min(y0 + kh, h1);
+            const i64 yrow = n * yn + od * yd + oh * yh;
+#if POOL_MODE == 0
+            const i64 irow = n * in_ + od * id_ + oh * ih_;
+#endif
+            for(int ow = 0; ow < Wo; ++ow)
+            {
+                const int x0 = ow * sw - pw, xa = max(x0, 0), xb = min(x0 + kw, Wi);
+                float8 g = psc_lanes(dyp, yrow + ow * yw, c0, C);
+#if POOL_MODE == 0
+                const int8 got = psc_index_lanes(ip, irow + ow * iw_, c0, C, ic);
+#else
+                g = g * (1.0f / psc_count(z0, y0, x0, kd, kh, kw, Di, Hi, Wi));
+#endif
+                for(int h = ya; h < yb; ++h)
+                {
+#if POOL_MODE == 0
+#if POOL_INDEX_IMAGE
+                    const int want_h = (want_d + h) * Wi;
+#else
+                    const int want_h = (want_d + h - y0) * kw - x0;
+#endif
+#endif
+                    for(int w = xa; w < xb; ++w)
+                    {
+#if POOL_MODE == 0
+                        acc[(h - h0) * Wi + w] += select((float8)(0.0f), g, got == (int8)(want_h + w));
+#else
+                        acc[(h - h0) * Wi + w] += g;
+#endif
+                    }
+                }
+            }
+        }
+    }
+    for(int h = h0; h < h1; ++h)
+        for(int w = 0; w < Wi; ++w)
+        {
+            const i64 o = n * xn + di * xd + h * xh + w * xw;
+            const float8 v = acc[(h - h0) * Wi + w];
+            if(c0 + 8 <= C)
+                store_f8(dxp, o + c0, v);
+            else
+            {
+#define PSC_LANE(k, e)      \
+    if(c0 + (k) < C)        \
+        STORE(dxp, o + c0 + (k), v.e);
+                PSC_LANE(0, s0) PSC_LANE(1, s1) PSC_LANE(2, s2) PSC_LANE(3, s3)
+                PSC_LANE(4, s4) PSC_LANE(5, s5) PSC_LANE(6, s6)
+#undef PSC_LANE
+            }
+        }
+}
+#endif
+
+#endif

@@ -1,0 +1,1 @@
+#include "common/pool_scatter_cpu.h"
