@@ -150,13 +150,15 @@ CPU_PROGRAM_SOLVERS = ("LrnDirect", "LrnCrossSlide")  # the solvers that choose 
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_within_channel_cpu_kernels(ocl, dtype):
+def test_within_channel_cpu_kernels(ocl, dtype, monkeypatch):
     """PoCL's float8 within-channel kernels: lrn_*_within_rows_cpu (NCHW rows: blocks of 8 columns,
     a partial last one, windows past both edges of the image) and lrn_*_within_channels_cpu (NHWC:
     blocks of 8 channels, a partial last one), windows of 1 to 5 wider than the image; beta 0.75
-    and 0.6."""
+    and 0.6; bands of 2 output rows (a work item's ring of window rows starts inside the image)."""
+    from miopy.solvers.lrn import direct
     from miopy.solvers.lrn.direct import cpu_program
 
+    monkeypatch.setattr(direct, "BAND_ROWS", 2)
     rng = np.random.default_rng(29)
     for layout, lens in (("NCHW", (2, 3, 5, 19)), ("NHWC", (2, 11, 4, 3))):
         x = TensorDesc(dtype, lens, layout=layout)

@@ -473,40 +473,67 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
 /* Within-channel LRN for CPU OpenCL devices: each pixel's window of size x size positions of its
    own channel, clipped to the image, its area counted before clipping at H + pad / W + pad (as
    LRN_WINDOW). Every tensor of the call has the same strides.
-   *_within_rows_cpu: rows contiguous (offset n sn + c sc + h W + w): a work item per (n, c, h)
-   row; for each window row it writes the row's terms (x^2 forward, dy y / scale backward) into a
-   private buffer with zeros around [0, W), adds each block of 8 columns' window (size unaligned
-   float8 loads) into private row sums, then computes its row in float8.
-   *_within_channels_cpu: channels contiguous (offset n sn + h sh + w sw + c): a work item per
-   pixel sums the window's pixels 8 channels at a time (the clipping is the same for every lane).
-   The direct kernel (a scalar work item per element) took 150-400 times a copy on PoCL. */
+   *_within_rows_cpu: rows contiguous (offset n sn + c sc + h W + w), see below.
+   *_within_channels_cpu: channels contiguous (offset n sn + h sh + w sw + c): the same bands and
+   ring, 8 channels at a time (a work item per (n, band of rows, block of 8 channels); the
+   clipping is the same for every lane).
+   The direct kernel (a scalar work item per element) took 150-400 times a copy on PoCL; a work
+   item per row (rows) or per pixel (channels) summing all size x size terms, 6-30 times. */
+/* lrn_*_within_rows_cpu: a work item per (n, c, band of up to RB rows); each window row's terms
+   are computed once for the band into a zero-padded private row, their window sums along the row
+   kept in a ring of `size` rows (row a in slot a % size), and each output row adds its window's
+   rows of the ring (the previous kernel, a work item per row, computed every term `size` times:
+   the backward's division by the scale too). */
+#define LRN_RING 4096 /* floats of the ring: size * (W rounded up to 8), at most this */
 #define LRN_WITHIN_ITEM_ROWS                                      \
+    const int bands = (H + RB - 1) / RB;                          \
     const i64 t = GLOBAL_ID0;                                     \
-    if(t >= (i64)N * C * H)                                       \
+    if(t >= (i64)N * C * bands)                                   \
         return;                                                   \
-    const int h = (int)(t % H);                                   \
-    const i64 nc = t / H, n = nc / C, c = nc - n * C;             \
+    const int hb0 = (int)(t % bands) * RB;                        \
+    const int hb1 = hb0 + RB < H ? hb0 + RB : H;                  \
+    const i64 nc = t / bands, n = nc / C, c = nc - n * C;         \
     const i64 plane = n * sn + c * sc;                            \
     const int pad = (size - 1) / 2, hi = size - 1 - pad;          \
     const int Wr = (W + 7) / 8 * 8;                               \
-    int h0 = h - pad, h1 = h0 + size < H + pad ? h0 + size : H + pad; \
-    const float area_h = (float)(h1 - h0);                        \
-    h0 = h0 > 0 ? h0 : 0;                                         \
-    h1 = h1 < H ? h1 : H;                                         \
-    float tb[LRN_TB], rs[LRN_TB];                                 \
+    float tb[LRN_TB], ring[LRN_RING];                             \
     lrn_zero_halo(tb, pad, Wr, hi);                               \
-    for(int w0 = 0; w0 < Wr; w0 += 8)                             \
-        vstore8((float8)(0.0f), 0, rs + w0);
+    int next = hb0 - pad > 0 ? hb0 - pad : 0; /* the next row to sum */
 
-/* rs += the window sums along the row of the terms now in tb */
+/* the ring slot of row `next` := the window sums along the row of the terms now in tb */
 #define LRN_WITHIN_ROW_SUMS                                       \
-    for(int w0 = 0; w0 < W; w0 += 8)                              \
     {                                                             \
-        float8 acc = vload8(0, tb + w0);                          \
-        for(int j = 1; j < size; ++j)                             \
-            acc += vload8(0, tb + w0 + j);                        \
-        vstore8(vload8(0, rs + w0) + acc, 0, rs + w0);            \
+        float* slot = ring + (next % size) * Wr;                  \
+        for(int w0 = 0; w0 < W; w0 += 8)                          \
+        {                                                         \
+            float8 acc = vload8(0, tb + w0);                      \
+            for(int j = 1; j < size; ++j)                         \
+                acc += vload8(0, tb + w0 + j);                    \
+            vstore8(acc, 0, slot + w0);                           \
+        }                                                         \
     }
+
+/* output row h: its window rows [h0, h1) (clipped), its unclipped height area_h; rows up to h1
+   summed into the ring first (TERMS_OF_NEXT: fill tb with row `next`'s terms) */
+#define LRN_WITHIN_OUTPUT_ROW(TERMS_OF_NEXT)                                \
+    int h0 = h - pad, h1 = h0 + size < H + pad ? h0 + size : H + pad;       \
+    const float area_h = (float)(h1 - h0);                                  \
+    h0 = h0 > 0 ? h0 : 0;                                                   \
+    h1 = h1 < H ? h1 : H;                                                   \
+    for(; next < h1; ++next)                                                \
+    {                                                                       \
+        TERMS_OF_NEXT                                                       \
+        LRN_WITHIN_ROW_SUMS                                                 \
+    }
+
+/* the window sums of columns w0 .. w0 + 7 of output rows' window [h0, h1) */
+DEVICE_FN float8 lrn_ring_sum(const float* ring, int h0, int h1, int size, int Wr, int w0)
+{
+    float8 acc = (float8)(0.0f);
+    for(int a = h0; a < h1; ++a)
+        acc += vload8(0, ring + (a % size) * Wr + w0);
+    return acc;
+}
 
 /* the window areas of columns w0 .. w0 + 7 (exact small integers in float) */
 DEVICE_FN float8 lrn_area_w8(int w0, int W, int pad, int size)
@@ -517,116 +544,180 @@ DEVICE_FN float8 lrn_area_w8(int w0, int W, int pad, int size)
 
 KERNEL void lrn_fwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
                                     GLOBAL data_t* RESTRICT scale, int N, int C, int H, int W, i64 sn, i64 sc,
-                                    int size, float alpha, float beta, float k, int save)
+                                    int size, float alpha, float beta, float k, int save, int RB)
 {
     LRN_WITHIN_ITEM_ROWS
-    for(int a = h0; a < h1; ++a)
+    for(int h = hb0; h < hb1; ++h)
     {
+#define LRN_TERMS_FWD                                                        \
+    for(int w0 = 0; w0 < W; w0 += 8)                                         \
+    {                                                                        \
+        const float8 v = lrn_lanes_f8(x, plane + (i64)next * W, w0, W);      \
+        vstore8(v * v, 0, tb + pad + w0);                                    \
+    }
+        LRN_WITHIN_OUTPUT_ROW(LRN_TERMS_FWD)
+#undef LRN_TERMS_FWD
+        const i64 row = plane + (i64)h * W;
         for(int w0 = 0; w0 < W; w0 += 8)
         {
-            const float8 v = lrn_lanes_f8(x, plane + (i64)a * W, w0, W);
-            vstore8(v * v, 0, tb + pad + w0);
+            const float8 rs = lrn_ring_sum(ring, h0, h1, size, Wr, w0);
+            const float8 s = k + alpha / (area_h * lrn_area_w8(w0, W, pad, size)) * rs;
+            lrn_store_lanes_f8(y, row, w0, W, lrn_lanes_f8(x, row, w0, W) * LRN_POW8(s, -beta));
+            if(save)
+                lrn_store_lanes_f8(scale, row, w0, W, s);
         }
-        LRN_WITHIN_ROW_SUMS
-    }
-    const i64 row = plane + (i64)h * W;
-    for(int w0 = 0; w0 < W; w0 += 8)
-    {
-        const float8 s = k + alpha / (area_h * lrn_area_w8(w0, W, pad, size)) * vload8(0, rs + w0);
-        lrn_store_lanes_f8(y, row, w0, W, lrn_lanes_f8(x, row, w0, W) * LRN_POW8(s, -beta));
-        if(save)
-            lrn_store_lanes_f8(scale, row, w0, W, s);
     }
 }
 
 KERNEL void lrn_bwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
                                     const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
                                     GLOBAL data_t* RESTRICT dx, int N, int C, int H, int W, i64 sn, i64 sc, int size,
-                                    float alpha, float beta)
+                                    float alpha, float beta, int RB)
 {
     LRN_WITHIN_ITEM_ROWS
     const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    for(int a = h0; a < h1; ++a)
+    const float ab2 = 2.0f * alpha * beta;
+    for(int h = hb0; h < hb1; ++h)
     {
-        const i64 ra = plane + (i64)a * W;
+        /* the partial block's missing lanes: scale 1, a term of 0 */
+#define LRN_TERMS_BWD                                                                                    \
+    const i64 ra = plane + (i64)next * W;                                                                \
+    for(int w0 = 0; w0 < W; w0 += 8)                                                                     \
+    {                                                                                                    \
+        float8 sc8 = lrn_lanes_f8(scale, ra, w0, W);                                                     \
+        sc8 = w0 + 8 <= W ? sc8 : select(sc8, (float8)(1.0f), lane >= W - w0);                           \
+        vstore8(lrn_lanes_f8(dy, ra, w0, W) * lrn_lanes_f8(y, ra, w0, W) / sc8, 0, tb + pad + w0);       \
+    }
+        LRN_WITHIN_OUTPUT_ROW(LRN_TERMS_BWD)
+#undef LRN_TERMS_BWD
+        const i64 row = plane + (i64)h * W;
         for(int w0 = 0; w0 < W; w0 += 8)
         {
-            /* the partial block's missing lanes: scale 1, a term of 0 */
-            float8 sc8 = lrn_lanes_f8(scale, ra, w0, W);
+            float8 sc8 = lrn_lanes_f8(scale, row, w0, W);
             sc8 = w0 + 8 <= W ? sc8 : select(sc8, (float8)(1.0f), lane >= W - w0);
-            vstore8(lrn_lanes_f8(dy, ra, w0, W) * lrn_lanes_f8(y, ra, w0, W) / sc8, 0, tb + pad + w0);
+            const float8 factor = ab2 / (area_h * lrn_area_w8(w0, W, pad, size));
+            const float8 g = lrn_lanes_f8(dy, row, w0, W) * LRN_POW8(sc8, -beta);
+            const float8 rs = lrn_ring_sum(ring, h0, h1, size, Wr, w0);
+            lrn_store_lanes_f8(dx, row, w0, W, g - factor * lrn_lanes_f8(x, row, w0, W) * rs);
         }
-        LRN_WITHIN_ROW_SUMS
-    }
-    const i64 row = plane + (i64)h * W;
-    const float ab2 = 2.0f * alpha * beta;
-    for(int w0 = 0; w0 < W; w0 += 8)
-    {
-        float8 sc8 = lrn_lanes_f8(scale, row, w0, W);
-        sc8 = w0 + 8 <= W ? sc8 : select(sc8, (float8)(1.0f), lane >= W - w0);
-        const float8 factor = ab2 / (area_h * lrn_area_w8(w0, W, pad, size));
-        const float8 g = lrn_lanes_f8(dy, row, w0, W) * LRN_POW8(sc8, -beta);
-        lrn_store_lanes_f8(dx, row, w0, W, g - factor * lrn_lanes_f8(x, row, w0, W) * vload8(0, rs + w0));
     }
 }
 
-#define LRN_WITHIN_ITEM_PIXEL                  \
-    const i64 t = GLOBAL_ID0;                  \
-    if(t >= (i64)N * H * W)                    \
-        return;                                \
-    const int w = (int)(t % W);                \
-    const i64 nh = t / W;                      \
-    const int h = (int)(nh % H);               \
-    const i64 n = nh / H;                      \
-    const int pad = (size - 1) / 2;            \
-    LRN_WINDOW                                 \
-    const i64 base = n * sn + h * sh + w * sw;
+/* lrn_*_within_channels_cpu: rows of a channel block are W float8 (pixel-major) */
+#define LRN_RING8 512 /* float8 of the ring: size * W, at most this */
+#define LRN_WITHIN_ITEM_CHANNELS                                  \
+    const int bands = (H + RB - 1) / RB, blocks = (C + 7) / 8;    \
+    const i64 t = GLOBAL_ID0;                                     \
+    if(t >= (i64)N * bands * blocks)                              \
+        return;                                                   \
+    const int c0 = (int)(t % blocks) * 8;                         \
+    const i64 nb = t / blocks, n = nb / bands;                    \
+    const int hb0 = (int)(nb % bands) * RB;                       \
+    const int hb1 = hb0 + RB < H ? hb0 + RB : H;                  \
+    const int pad = (size - 1) / 2;                               \
+    float8 tb[LRN_TB / 8], ring[LRN_RING8];                       \
+    for(int i = 0; i < pad; ++i)                                  \
+        tb[i] = (float8)(0.0f);                                   \
+    for(int i = pad + W; i < W + size - 1; ++i)                   \
+        tb[i] = (float8)(0.0f);                                   \
+    int next = hb0 - pad > 0 ? hb0 - pad : 0;
+
+#define LRN_WITHIN_ROW_SUMS8                                      \
+    {                                                             \
+        float8* slot = ring + (next % size) * W;                  \
+        for(int w = 0; w < W; ++w)                                \
+        {                                                         \
+            float8 acc = tb[w];                                   \
+            for(int j = 1; j < size; ++j)                         \
+                acc += tb[w + j];                                 \
+            slot[w] = acc;                                        \
+        }                                                         \
+    }
+
+#define LRN_WITHIN_OUTPUT_ROW8(TERMS_OF_NEXT)                               \
+    int h0 = h - pad, h1 = h0 + size < H + pad ? h0 + size : H + pad;       \
+    const float area_h = (float)(h1 - h0);                                  \
+    h0 = h0 > 0 ? h0 : 0;                                                   \
+    h1 = h1 < H ? h1 : H;                                                   \
+    for(; next < h1; ++next)                                                \
+    {                                                                       \
+        TERMS_OF_NEXT                                                       \
+        LRN_WITHIN_ROW_SUMS8                                                \
+    }
+
+DEVICE_FN float8 lrn_ring_sum8(const float8* ring, int h0, int h1, int size, int W, int w)
+{
+    float8 acc = (float8)(0.0f);
+    for(int a = h0; a < h1; ++a)
+        acc += ring[(a % size) * W + w];
+    return acc;
+}
+
+/* the unclipped window width of column w */
+DEVICE_FN float lrn_area_w(int w, int W, int pad, int size)
+{
+    const int w0 = w - pad, w1 = w0 + size < W + pad ? w0 + size : W + pad;
+    return (float)(w1 - w0);
+}
 
 KERNEL void lrn_fwd_within_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RESTRICT y,
                                         GLOBAL data_t* RESTRICT scale, int N, int C, int H, int W, i64 sn, i64 sh,
-                                        i64 sw, int size, float alpha, float beta, float k, int save)
+                                        i64 sw, int size, float alpha, float beta, float k, int save, int RB)
 {
-    LRN_WITHIN_ITEM_PIXEL
-    const float aoa = alpha / area;
-    for(int c0 = 0; c0 < C; c0 += 8)
+    LRN_WITHIN_ITEM_CHANNELS
+    for(int h = hb0; h < hb1; ++h)
     {
-        float8 acc = (float8)(0.0f);
-        for(int a = h0; a < h1; ++a)
-            for(int b = w0; b < w1; ++b)
-            {
-                const float8 v = lrn_lanes_f8(x, n * sn + a * sh + b * sw, c0, C);
-                acc += v * v;
-            }
-        const float8 s = k + aoa * acc;
-        lrn_store_lanes_f8(y, base, c0, C, lrn_lanes_f8(x, base, c0, C) * LRN_POW8(s, -beta));
-        if(save)
-            lrn_store_lanes_f8(scale, base, c0, C, s);
+#define LRN_TERMS_FWD8                                                                   \
+    for(int w = 0; w < W; ++w)                                                           \
+    {                                                                                    \
+        const float8 v = lrn_lanes_f8(x, n * sn + next * sh + w * sw, c0, C);            \
+        tb[pad + w] = v * v;                                                             \
+    }
+        LRN_WITHIN_OUTPUT_ROW8(LRN_TERMS_FWD8)
+#undef LRN_TERMS_FWD8
+        for(int w = 0; w < W; ++w)
+        {
+            const i64 o = n * sn + h * sh + w * sw;
+            const float8 rs = lrn_ring_sum8(ring, h0, h1, size, W, w);
+            const float8 s = k + alpha / (area_h * lrn_area_w(w, W, pad, size)) * rs;
+            lrn_store_lanes_f8(y, o, c0, C, lrn_lanes_f8(x, o, c0, C) * LRN_POW8(s, -beta));
+            if(save)
+                lrn_store_lanes_f8(scale, o, c0, C, s);
+        }
     }
 }
 
 KERNEL void lrn_bwd_within_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
                                         const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
                                         GLOBAL data_t* RESTRICT dx, int N, int C, int H, int W, i64 sn, i64 sh,
-                                        i64 sw, int size, float alpha, float beta)
+                                        i64 sw, int size, float alpha, float beta, int RB)
 {
-    LRN_WITHIN_ITEM_PIXEL
-    const float factor = 2.0f * alpha * beta / area;
+    LRN_WITHIN_ITEM_CHANNELS
     const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    for(int c0 = 0; c0 < C; c0 += 8)
+    const float ab2 = 2.0f * alpha * beta;
+    for(int h = hb0; h < hb1; ++h)
     {
-        float8 acc = (float8)(0.0f);
-        for(int a = h0; a < h1; ++a)
-            for(int b = w0; b < w1; ++b)
-            {
-                const i64 o = n * sn + a * sh + b * sw;
-                float8 sc8 = lrn_lanes_f8(scale, o, c0, C);
-                sc8 = c0 + 8 <= C ? sc8 : select(sc8, (float8)(1.0f), lane >= C - c0);
-                acc += lrn_lanes_f8(dy, o, c0, C) * lrn_lanes_f8(y, o, c0, C) / sc8;
-            }
-        float8 sc8 = lrn_lanes_f8(scale, base, c0, C);
-        sc8 = c0 + 8 <= C ? sc8 : select(sc8, (float8)(1.0f), lane >= C - c0);
-        const float8 g = lrn_lanes_f8(dy, base, c0, C) * LRN_POW8(sc8, -beta);
-        lrn_store_lanes_f8(dx, base, c0, C, g - factor * lrn_lanes_f8(x, base, c0, C) * acc);
+        /* the partial block's missing lanes: scale 1, a term of 0 */
+#define LRN_TERMS_BWD8                                                                   \
+    for(int w = 0; w < W; ++w)                                                           \
+    {                                                                                    \
+        const i64 o = n * sn + next * sh + w * sw;                                       \
+        float8 sc8 = lrn_lanes_f8(scale, o, c0, C);                                      \
+        sc8 = c0 + 8 <= C ? sc8 : select(sc8, (float8)(1.0f), lane >= C - c0);           \
+        tb[pad + w] = lrn_lanes_f8(dy, o, c0, C) * lrn_lanes_f8(y, o, c0, C) / sc8;      \
+    }
+        LRN_WITHIN_OUTPUT_ROW8(LRN_TERMS_BWD8)
+#undef LRN_TERMS_BWD8
+        for(int w = 0; w < W; ++w)
+        {
+            const i64 o = n * sn + h * sh + w * sw;
+            float8 sc8 = lrn_lanes_f8(scale, o, c0, C);
+            sc8 = c0 + 8 <= C ? sc8 : select(sc8, (float8)(1.0f), lane >= C - c0);
+            const float factor = ab2 / (area_h * lrn_area_w(w, W, pad, size));
+            const float8 g = lrn_lanes_f8(dy, o, c0, C) * LRN_POW8(sc8, -beta);
+            const float8 rs = lrn_ring_sum8(ring, h0, h1, size, W, w);
+            lrn_store_lanes_f8(dx, o, c0, C, g - factor * lrn_lanes_f8(x, o, c0, C) * rs);
+        }
     }
 }
 #endif

@@ -78,18 +78,25 @@ def cpu_program(ctx, problem: LRNProblem) -> Program | None:
     return Program((Launch(spec, args),))
 
 
-TB_FLOATS = 1056  # LRN_TB: the private row buffers of lrn_*_within_rows_cpu
+TB_FLOATS = 1056  # LRN_TB: the private zero-padded row of lrn_*_within_*_cpu
+RING_FLOATS = 4096  # LRN_RING / LRN_RING8 * 8: the ring of `size` rows of window sums
+BAND_ROWS = 64  # output rows of a work item of lrn_*_within_*_cpu (its window rows summed once)
 
 
 def _within_program(p: LRNProblem, strides: tuple[int, ...]) -> Program | None:
-    """lrn_{fwd,bwd}_within_{rows,channels}_cpu: rows contiguous (NCHW-like) with a row and its
-    window fitting the private buffers, or channels contiguous (NHWC-like); else None."""
+    """lrn_{fwd,bwd}_within_{rows,channels}_cpu: rows contiguous (NCHW-like) or channels
+    contiguous (NHWC-like), a row and `size` rows of window sums fitting the private buffers; else
+    None."""
     (sn, sc, sh, sw) = strides
     n, c, h, w = p.x.lens
-    if sw == 1 and (h == 1 or sh == w) and -(-w // 8) * 8 + p.n - 1 <= TB_FLOATS:
-        layout, work, tail = "rows", n * c * h, (np.int64(sn), np.int64(sc))
-    elif sc == 1:
-        layout, work, tail = "channels", n * h * w, (np.int64(sn), np.int64(sh), np.int64(sw))
+    band = min(h, BAND_ROWS)
+    bands = -(-h // band)
+    wr = -(-w // 8) * 8
+    if sw == 1 and (h == 1 or sh == w) and wr + p.n - 1 <= TB_FLOATS and p.n * wr <= RING_FLOATS:
+        layout, work, tail = "rows", n * c * bands, (np.int64(sn), np.int64(sc))
+    elif sc == 1 and 8 * (w + p.n - 1) <= TB_FLOATS and 8 * p.n * w <= RING_FLOATS:
+        layout, work = "channels", n * bands * -(-c // 8)
+        tail = (np.int64(sn), np.int64(sh), np.int64(sw))
     else:
         return None
     forward = p.direction is Pass.FORWARD
@@ -97,8 +104,8 @@ def _within_program(p: LRNProblem, strides: tuple[int, ...]) -> Program | None:
     spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, *cpu_grid(work))
     shape = (*_shape(p), *tail, np.int32(p.n))
     if forward:
-        return Program((Launch(spec, (*_fwd_buffers(p), *shape, *_fwd_tail(p))),))
-    args = (*(Tensor(r) for r in BWD_ROLES), *shape, np.float32(p.alpha), np.float32(p.beta))
+        return Program((Launch(spec, (*_fwd_buffers(p), *shape, *_fwd_tail(p), np.int32(band))),))
+    args = (*(Tensor(r) for r in BWD_ROLES), *shape, np.float32(p.alpha), np.float32(p.beta), np.int32(band))
     return Program((Launch(spec, args),))
 
 
