@@ -5,7 +5,10 @@ Timed as scripts/bench_igemm_bwd.py times (device events around back-to-back lau
 behind a sleep kernel, rotating input sets, median of repeats); every config is checked against
 cuDNN's dw first. ``--configs space`` (the default) tries the solver's search space after its
 default config, ``default`` the default alone, ``ws`` its warp-specialised and 5-stage configs
-after the default. Needs torch, cupy and cuda-bindings.
+after the default, ``fix`` the default, its twin with the parts summed in the kernel and every
+such config of the space in at most 4 blocks per SM, ``rot`` the default, its twin with spread
+k-tile starts and every such config of the space (parts summed in the kernel where it has parts
+and no clusters) with its twin without. Needs torch, cupy and cuda-bindings.
 
     python scripts/bench_wgmma_wrw.py [--dtypes fp16] [--layers 0,1,2,3] [--configs space] [--json out.json]
 """
@@ -39,7 +42,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="fp16")
     ap.add_argument("--layers", default="0,1,2,3", help="indices into bench_igemm_bwd.LAYERS")
-    ap.add_argument("--configs", default="space", choices=["space", "default", "ws"])
+    ap.add_argument("--configs", default="space", choices=["space", "default", "ws", "fix", "rot"])
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     handle = handle_next_to_cudnn()
@@ -52,6 +55,19 @@ def main() -> int:
             configs = [SOLVER.default_config(handle, view)]
             if args.configs == "space":
                 configs += list(SOLVER.search_space(handle, view))
+            elif args.configs == "fix":  # the parts summed in the kernel
+                slots = 4 * handle.info.compute_units
+                configs.append({**configs[0], "fix": 1})
+                configs += [
+                    c
+                    for c in SOLVER.search_space(handle, view)
+                    if c["fix"] and wg.tiles(view, c) * wg.slices(c) <= slots
+                ]
+            elif args.configs == "rot":  # spread k-tile starts, each next to its twin without
+                configs.append({**configs[0], "rot": 1})
+                for c in SOLVER.search_space(handle, view):  # parts summed in the kernel
+                    if c["rot"] and c["fix"] == int(c["parts"] > 1 and c["cluster"] == 1):
+                        configs += [{**c, "rot": 0}, c]
             elif args.configs == "ws":  # the warp-specialised part of the space, and 5 stages
                 configs += [c for c in SOLVER.search_space(handle, view) if c["ws"] or c["stages"] == 5]
             unique = []

@@ -78,10 +78,12 @@ def test_search_space_and_default(problem):
 def test_default_config_follows_the_problem():
     l3, l6, l9, l12 = (SOLVER.default_config(CTX, p) for p in RESNET)
     # the fastest of the H200 sweep on each layer
-    assert l3 == wrw_config(64, 64, 1, 6, 1, 28)  # K = 64: one warpgroup row, 2 blocks per SM
-    assert l6 == wrw_config(128, 128, 1, 6, 1, 14)
-    assert l9 == wrw_config(256, 128, 1, 4, 1, 7)
-    assert l12 == wrw_config(128, 192, 1, 4, ws=1)  # 96 tiles of a short reduction: unsplit, producer warps
+    # K = 64: one warpgroup row, 2 blocks per SM; the parts summed in the kernel
+    assert l3 == wrw_config(64, 64, 1, 6, 1, 28, fix=1)
+    assert l6 == wrw_config(128, 128, 1, 6, 1, 14, ws=2, fix=1)  # 8 producer threads per pixel row
+    assert l9 == wrw_config(256, 128, 1, 4, 1, 7, fix=1)
+    # 96 tiles of a short reduction: unsplit, producer warps, spread k-tile starts
+    assert l12 == wrw_config(128, 192, 1, 4, ws=1, rot=1)
     for problem, config in zip(RESNET, (l3, l6, l9, l12), strict=True):
         slots = 132 * blocks_per_sm(config, CTX.info.max_dynamic_shared)
         assert tiles(problem, config) * slices(config) <= slots  # one wave
@@ -110,13 +112,19 @@ def test_is_valid_config_rejects_garbage():
         {**good, "parts": 9},
         {**good, "ws": 1},  # warp-specialised: no clusters
         {**good, "ws": 2},
+        {**good, "ws": 3},
+        {**good, "rot": 2},
+        {**good, "fix": 1},  # fix: no clusters
+        {**good, "cluster": 1, "parts": 1, "fix": 1},  # fix: parts to sum
+        {**good, "fix": 2},
         {k: v for k, v in good.items() if k != "parts"},
         {**good, "extra": 1},
     ):
         assert not SOLVER.is_valid_config(CTX, RESNET[1], bad), bad
     assert SOLVER.is_valid_config(CTX, RESNET[1], wrw_config(64, 384, 2, 3))  # 2 x 192 columns
     assert SOLVER.is_valid_config(CTX, RESNET[1], wrw_config(128, 192, 1, 5, 1, 3, ws=1))
-    old = {k: v for k, v in good.items() if k != "ws"}  # a record from before the field: ws = 0
+    assert SOLVER.is_valid_config(CTX, RESNET[1], {**good, "cluster": 1, "fix": 1})
+    old = {k: v for k, v in good.items() if k not in ("ws", "fix")}  # a record from before them: 0
     assert SOLVER.is_valid_config(CTX, RESNET[1], old)
     assert SOLVER.get_program(CTX, RESNET[1], old).steps[0].spec.local_size == (threads(good), 1)
     four = wrw_config(256, 128, 1, 4, 1, 3, ws=1)  # 4 MMA warpgroups
@@ -136,6 +144,7 @@ def test_launch_geometry_of_each_split():
         "cluster": (wrw_config(128, 256, 2, 4, 4), 4, 0, 1),
         "parts": (wrw_config(64, 192, 1, 3, 1, 6), 6, 6, 0),
         "both": (wrw_config(64, 192, 1, 3, 8, 3), 24, 3, 0),
+        "fix": (wrw_config(64, 192, 1, 3, 1, 6, fix=1), 6, 6, 0),
     }
     for way, (config, split, parts, pure) in ways.items():
         program = SOLVER.get_program(CTX, problem, config)
@@ -144,6 +153,13 @@ def test_launch_geometry_of_each_split():
         assert gemm.spec.name == "wgmma_wrw" and gemm.spec.file == "wgmma_wrw", way
         assert gemm.spec.local_size == (threads(config), 1)
         n_tiles = -(-128 // config["bm"]) * -(-1152 // config["bn"])
+        if config["fix"]:  # 1-D, a tile's parts side by side, summed in the kernel
+            assert gemm.spec.global_size == (n_tiles * split * threads(config), 1)
+            assert d["WG_FIX"] == 1 and len(program.steps) == 1
+            flags = -(-(n_tiles * parts * parts * 8) // 256) * 256
+            partials = parts * n_tiles * 64 * 192 * 4
+            assert program.workspace == workspace_bytes(problem, config) == flags + partials
+            continue
         assert gemm.spec.global_size == (n_tiles * threads(config), split), way
         assert gemm.shared_mem == smem_bytes(config)
         assert (d["WG_BM"], d["WG_BN"], d["WG_WN"]) == (config["bm"], config["bn"], config["wn"])
@@ -232,8 +248,9 @@ def test_wgmma_wrw_every_tile(handle):
 @pytest.mark.gpu
 @pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
 def test_wgmma_wrw_splits(handle):
-    """Clusters, workspace parts and both (uneven slices too) give the unsplit answer, both
-    data types, on a reduction of many k-tiles."""
+    """Clusters, workspace parts and both (uneven slices too), parts summed in the kernel
+    (``fix``), spread k-tile starts (``rot``), give the unsplit answer, both data types, on a
+    reduction of many k-tiles."""
     rng = np.random.default_rng(74)
     for dtype, config in (
         ("fp16", wrw_config(128, 128, 1, 4, 8)),
@@ -241,6 +258,10 @@ def test_wgmma_wrw_splits(handle):
         ("fp16", wrw_config(64, 256, 2, 3, 8, 3)),
         ("bf16", wrw_config(128, 256, 2, 4, 4, 5)),
         ("fp16", wrw_config(256, 64, 1, 5, 2, 7)),
+        ("bf16", wrw_config(128, 192, 1, 4, 1, 5, fix=1)),  # parts summed in the kernel
+        ("fp16", wrw_config(64, 128, 1, 5, 1, 28, ws=1, fix=1)),
+        ("bf16", wrw_config(128, 128, 1, 4, 1, 6, fix=1, rot=1)),  # spread k-tile starts
+        ("fp16", wrw_config(128, 192, 1, 4, ws=2, rot=1)),
     ):
         problem = make(dtype, (6, 96, 17, 19), (72, 96, 3, 3), "W", pads=(1, 1))
         assert SOLVER.is_valid_config(handle, problem, config)
@@ -265,9 +286,9 @@ def test_wgmma_wrw_resnet_layers_small_batch(handle):
 @pytest.mark.gpu
 @pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
 def test_wgmma_wrw_warp_specialised(handle):
-    """Warp-specialised configs (a producer warpgroup, mbarriers), every tile of at most two MMA
-    warpgroups, unsplit and in workspace parts (uneven slices), fewer k-tiles than stages too,
-    both data types."""
+    """Warp-specialised configs (a producer warpgroup, mbarriers; 2 or 8 producer threads per
+    pixel row), every tile of at most two MMA warpgroups, unsplit and in parts summed in the
+    kernel (uneven slices), fewer k-tiles than stages too, both data types."""
     rng = np.random.default_rng(76)
     odd = make("fp16", (3, 40, 13, 15), (136, 40, 3, 3), "W", pads=(1, 2), strides=(1, 2), dilations=(2, 1))
     long = make("bf16", (6, 96, 17, 19), (72, 96, 3, 3), "W", pads=(1, 1))
@@ -276,7 +297,8 @@ def test_wgmma_wrw_warp_specialised(handle):
         for bn in DOMAIN["bn"]:
             for wn in DOMAIN["wn"]:
                 for problem, stages, parts in ((odd, 6, 1), (long, 5, 7)):
-                    config = wrw_config(bm, bn, wn, stages, 1, parts, ws=1)
+                    # both producer layouts in turn, the long one's parts summed in the kernel
+                    config = wrw_config(bm, bn, wn, stages, 1, parts, ws=1 + done % 2, fix=int(parts > 1))
                     if SOLVER.is_valid_config(handle, problem, config):
                         support.check_solver(handle, SOLVER, problem, rng, config)
                         done += 1

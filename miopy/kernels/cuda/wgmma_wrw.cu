@@ -38,7 +38,9 @@
 // miopy-target: sm_90a
 // miopy-compile-test: -DMIOPY_DTYPE=1
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=64 -DWG_BN=192 -DWG_WN=1 -DWG_STAGES=3 -DIG_SPLIT_K=6
-// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=192 -DWG_STAGES=5 -DWG_WS=1 -DIG_SPLIT_K=3
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=192 -DWG_STAGES=5 -DWG_WS=1 -DIG_SPLIT_K=3 -DWG_ROT=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=7 -DWG_FIX=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=192 -DWG_STAGES=4 -DWG_WS=2 -DIG_SPLIT_K=5 -DWG_FIX=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=256 -DWG_WN=2 -DWG_STAGES=4 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -109,6 +111,103 @@ static_assert(!IG_CLUSTER || WG_PARTS == 1, "IG_CLUSTER: one cluster holds every
 #define WG_CLUSTER_DIMS
 #endif
 
+#define WG_TILES_ALL (((IG_K + WG_BM - 1) / WG_BM) * WG_TILES_N) /* dw tiles */
+#ifndef WG_ROT
+#define WG_ROT 0
+#endif
+
+#ifndef WG_FIX
+/* 1: the IG_SPLIT_K slices of a tile sum each other's fp32 partials inside this kernel (no
+   igemm_splitk_reduce launch): see fix_sum */
+#define WG_FIX 0
+#endif
+#if WG_FIX
+static_assert(WG_CLUSTER == 1 && IG_SPLIT_K > 1 && IG_SPLIT_K <= 32, "WG_FIX: 2 to 32 slices, no clusters");
+#define WG_TILES WG_TILES_ALL
+#define WG_FIX_F4 (WG_BM * WG_BN / 4) /* float4 of one slice's partial tile */
+/* the flags (a u64 per writing and reading slice of each tile) ahead of the partials, 256-byte
+   aligned */
+#define WG_FIX_FLAG_BYTES (((long long)WG_TILES * IG_SPLIT_K * IG_SPLIT_K * 8 + 255) / 256 * 256)
+#define WG_FIX_MAGIC 0xc2b2ae3d27d4eb4full
+
+DEVICE_FN u64 wrw_ld_acquire(const u64* p)
+{
+    u64 v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+DEVICE_FN void wrw_st_release(u64* p, u64 v)
+{
+    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
+}
+
+/* Split-K summed in the kernel ("fixup"): slice `part` of tile `tile` (the grid's blocks in
+   tile-major order, the IG_SPLIT_K slices of a tile consecutive) leaves its fp32 fragments in
+   its slot of the workspace (float4 j of MMA thread t at j * WG_THREADS + t: coalesced), then
+   signals every slice of the tile through its own flag for that reader (flag [writer][reader]:
+   WG_FIX_MAGIC ^ its index, stored with release). It then waits for the flags addressed to
+   it, clears them (it is their only reader; so no launch leaves a signal behind and whatever
+   the workspace held matches one with odds of about 2^-64: no clearing first), and sums its
+   1 / IG_SPLIT_K share of the tile over the slices in slice order (deterministic), rounds it
+   and stores it into dw. A tile's slices wait only on each other: blocks are dispatched in
+   order, so once one of them runs the rest follow as earlier tiles finish (IG_SPLIT_K <= 32 is
+   far below the resident blocks of a device). */
+DEVICE_FN void fix_sum(const float (&acc)[WG_ACC], int tile, int part, int m0, int n0, float* RESTRICT ws,
+                       data_t* RESTRICT dw)
+{
+    constexpr int P = IG_SPLIT_K;
+    const int tid = threadIdx.x;
+    u64* flags = reinterpret_cast<u64*>(ws) + (i64)tile * P * P;
+    float4* slots = reinterpret_cast<float4*>(reinterpret_cast<char*>(ws) + WG_FIX_FLAG_BYTES) + (i64)tile * P * WG_FIX_F4;
+    if(tid < WG_THREADS)
+    {
+        float4* mine = slots + (i64)part * WG_FIX_F4;
+#pragma unroll
+        for(int j = 0; j < WG_ACC / 4; ++j)
+            __stcg(mine + j * WG_THREADS + tid, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+    }
+    __threadfence();
+    __syncthreads();
+    const u64 key = WG_FIX_MAGIC ^ ((u64)tile * P * P);
+    if(tid < P)
+    {
+        wrw_st_release(flags + part * P + tid, key ^ (u64)(part * P + tid));
+        u64* mine = flags + tid * P + part;
+        while(wrw_ld_acquire(mine) != (key ^ (u64)(tid * P + part)))
+            ;
+        *mine = 0ull;
+        __threadfence();
+    }
+    __syncthreads();
+    const int e0 = (int)((long long)part * WG_FIX_F4 / P);
+    const int e1 = (int)((long long)(part + 1) * WG_FIX_F4 / P);
+    for(int e = e0 + tid; e < e1; e += WG_BLOCK_THREADS)
+    {
+        float4 s = __ldcg(slots + e);
+#pragma unroll 8
+        for(int p = 1; p < P; ++p)
+        {
+            const float4 v = __ldcg(slots + (i64)p * WG_FIX_F4 + e);
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        /* float4 e: fragment j of MMA thread t, rows row and row + 8, columns col and col + 1 */
+        const int j = e / WG_THREADS;
+        const int t = e - j * WG_THREADS;
+        const int lane = t & 31;
+        const int wg = t >> 7;
+        const int wg_m = wg / WG_WN;
+        const int row = m0 + wg_m * 64 + ((t >> 5) & 3) * 16 + (lane >> 2);
+        const int col = n0 + (wg - wg_m * WG_WN) * WG_NW + j * 8 + (lane & 3) * 2;
+        if(col >= WG_RSC)
+            continue;
+        if(row < IG_K)
+            *reinterpret_cast<u32*>(dw + (i64)row * WG_RSC + col) = pack2(s.x, s.y);
+        if(row + 8 < IG_K)
+            *reinterpret_cast<u32*>(dw + (i64)(row + 8) * WG_RSC + col) = pack2(s.z, s.w);
+    }
+}
+#endif
+
 #if WG_CLUSTER > 1 && WG_PARTS > 1
 /* The sum over the cluster's WG_CLUSTER blocks of their fp32 tiles into `part` (the workspace
    slice of this cluster): cluster_store_tile's scheme (each block leaves its tile in its own
@@ -165,7 +264,7 @@ DEVICE_FN void cluster_sum_to_part(uint4* smem, const float (&acc)[1][IG_NI][4],
    MMAs of those k-tiles. Every thread of the block calls it; it returns with the ring idle
    (every copy landed, every MMA retired, a barrier after), so the caller may reuse it. */
 DEVICE_FN void wrw_mainloop(const data_t* RESTRICT x, const data_t* RESTRICT dy, u32 base, int m0, int n0, int kt0,
-                            int nkt, float (&acc)[WG_ACC])
+                            int nkt, int rot, float (&acc)[WG_ACC])
 {
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
@@ -191,8 +290,8 @@ DEVICE_FN void wrw_mainloop(const data_t* RESTRICT x, const data_t* RESTRICT dy,
     const bool b_idle = WG_B_STEP * WG_BCH < WG_THREADS && b_row0 >= WG_B_STEP;
     const data_t* xc = x + b_c;
 
-    auto load_tile = [&](u32 stage_addr, int t) { /* pixel k-tile kt0 + t */
-        const int pix0 = (kt0 + t) * 64;
+    auto load_tile = [&](u32 stage_addr, int t) { /* pixel k-tile kt0 + (t + rot) % nkt */
+        const int pix0 = (kt0 + (t + rot < nkt ? t + rot : t + rot - nkt)) * 64;
 #pragma unroll
         for(int i = 0; i < WG_A_ITERS; ++i)
         {
@@ -273,7 +372,10 @@ DEVICE_FN void wrw_mainloop(const data_t* RESTRICT x, const data_t* RESTRICT dy,
    stage (one arrival per warp). No block-wide barrier inside the loop: the warpgroups and the
    loads run WG_STAGES - 1 k-tiles apart at most. The 2 WG_STAGES barriers (8 bytes each) lie at
    `bars`, past everything the epilogue uses. */
-#define WG_LPR (WG_LOADERS / 64) /* loaders per pixel row */
+/* loaders per pixel row: WG_WS = 1 two (each row of a k-tile in one pass), WG_WS = 2 eight (a
+   warp's copy covers 4 whole 128-byte lines instead of 32 bytes of 16 rows; 4 passes of 16 rows) */
+#define WG_LPR (WG_WS == 2 ? 8 : WG_LOADERS / 64)
+#define WG_LPASS (64 * WG_LPR / WG_LOADERS) /* passes over the k-tile's rows */
 #define WG_ACOLS (WG_ACH / WG_LPR) /* chunk columns of A per loader */
 #define WG_BCOLS (WG_BCH / WG_LPR) /* of B */
 static_assert(WG_ACH % WG_LPR == 0 && WG_BCH % WG_LPR == 0, "whole chunk columns per loader");
@@ -307,7 +409,7 @@ DEVICE_FN void wrw_mbar_wait(u32 bar, u32 parity)
 }
 
 DEVICE_FN void wrw_mainloop_ws(const data_t* RESTRICT x, const data_t* RESTRICT dy, u32 base, u32 bars, int m0,
-                               int n0, int kt0, int nkt, float (&acc)[WG_ACC])
+                               int n0, int kt0, int nkt, int rot, float (&acc)[WG_ACC])
 {
     const int tid = threadIdx.x;
     const u32 full0 = bars, empty0 = bars + 8 * WG_STAGES;
@@ -323,14 +425,12 @@ DEVICE_FN void wrw_mainloop_ws(const data_t* RESTRICT x, const data_t* RESTRICT 
     __syncthreads();
     if(tid >= WG_THREADS)
     {
-        /* ---- the loaders: WG_LOADERS / 64 threads per pixel row, each the chunk columns
-           sub, sub + WG_LPR, ... of A and of B; a row's (n, p, q) is decoded once per k-tile,
-           each B column's tap offsets once per block ---- */
+        /* ---- the loaders: WG_LPR threads per pixel row, each the chunk columns sub, sub +
+           WG_LPR, ... of A and of B in rows row0, row0 + WG_LOADERS / WG_LPR, ...; a row's
+           (n, p, q) is decoded once per k-tile, each B column's tap offsets once per block ---- */
         const int lt = tid - WG_THREADS;
-        const int row = lt / WG_LPR;
-        const int sub = lt - row * WG_LPR;
-        const u32 row_dst = (u32)(row * 128);
-        const int row_sw = row & 7;
+        const int row0 = lt / WG_LPR;
+        const int sub = lt - row0 * WG_LPR;
         int b_dh[WG_BCOLS], b_dw[WG_BCOLS], b_off[WG_BCOLS];
         bool b_ok[WG_BCOLS];
 #pragma unroll
@@ -351,31 +451,38 @@ DEVICE_FN void wrw_mainloop_ws(const data_t* RESTRICT x, const data_t* RESTRICT 
             if(round > 0)
                 wrw_mbar_wait(empty0 + 8 * stage, (round - 1) & 1);
             const u32 stage_addr = base + stage * WG_STAGE_BYTES;
-            const int m = (kt0 + t) * 64 + row;
-            const bool m_ok = m < WG_NPQ;
-            const data_t* a_src = dy + (i64)m * IG_K + m0;
 #pragma unroll
-            for(int i = 0; i < WG_ACOLS; ++i)
+            for(int pass = 0; pass < WG_LPASS; ++pass)
             {
-                const int ch = sub + i * WG_LPR;
-                const bool ok = m_ok && m0 + ch * 8 < IG_K;
-                const u32 dst = (u32)((ch >> 3) * 8192) + row_dst + (u32)(((ch & 7) ^ row_sw) << 4);
-                cp_async_16(stage_addr + dst, ok ? a_src + ch * 8 : dy, ok);
-            }
-            const int n = m / (IG_P * IG_Q);
-            const int pq = m - n * (IG_P * IG_Q);
-            const int p = pq / IG_Q;
-            const int ih0 = p * IG_SH;
-            const int iw0 = (pq - p * IG_Q) * IG_SW;
-            const data_t* b_src = x + (i64)((n * IG_H + ih0) * IG_W + iw0) * IG_C;
+                const int row = row0 + pass * (WG_LOADERS / WG_LPR);
+                const u32 row_dst = (u32)(row * 128);
+                const int row_sw = row & 7;
+                const int m = (kt0 + (t + rot < nkt ? t + rot : t + rot - nkt)) * 64 + row;
+                const bool m_ok = m < WG_NPQ;
+                const data_t* a_src = dy + (i64)m * IG_K + m0;
 #pragma unroll
-            for(int i = 0; i < WG_BCOLS; ++i)
-            {
-                const int ch = sub + i * WG_LPR;
-                const bool ok = b_ok[i] && m_ok && (unsigned)(ih0 + b_dh[i]) < (unsigned)IG_H &&
-                                (unsigned)(iw0 + b_dw[i]) < (unsigned)IG_W;
-                const u32 dst = (u32)((ch >> 3) * 8192) + row_dst + (u32)(((ch & 7) ^ row_sw) << 4);
-                cp_async_16(stage_addr + WG_A_BYTES + dst, ok ? b_src + b_off[i] : x, ok);
+                for(int i = 0; i < WG_ACOLS; ++i)
+                {
+                    const int ch = sub + i * WG_LPR;
+                    const bool ok = m_ok && m0 + ch * 8 < IG_K;
+                    const u32 dst = (u32)((ch >> 3) * 8192) + row_dst + (u32)(((ch & 7) ^ row_sw) << 4);
+                    cp_async_16(stage_addr + dst, ok ? a_src + ch * 8 : dy, ok);
+                }
+                const int n = m / (IG_P * IG_Q);
+                const int pq = m - n * (IG_P * IG_Q);
+                const int p = pq / IG_Q;
+                const int ih0 = p * IG_SH;
+                const int iw0 = (pq - p * IG_Q) * IG_SW;
+                const data_t* b_src = x + (i64)((n * IG_H + ih0) * IG_W + iw0) * IG_C;
+#pragma unroll
+                for(int i = 0; i < WG_BCOLS; ++i)
+                {
+                    const int ch = sub + i * WG_LPR;
+                    const bool ok = b_ok[i] && m_ok && (unsigned)(ih0 + b_dh[i]) < (unsigned)IG_H &&
+                                    (unsigned)(iw0 + b_dw[i]) < (unsigned)IG_W;
+                    const u32 dst = (u32)((ch >> 3) * 8192) + row_dst + (u32)(((ch & 7) ^ row_sw) << 4);
+                    cp_async_16(stage_addr + WG_A_BYTES + dst, ok ? b_src + b_off[i] : x, ok);
+                }
             }
             wrw_mbar_arrive_cp_async(full0 + 8 * stage);
             if(++stage == WG_STAGES)
@@ -473,12 +580,22 @@ KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
     const int wg = warp >> 2;
     const int wg_m = wg / WG_WN;
     const int wg_n = wg - wg_m * WG_WN;
+#if WG_FIX
+    /* a 1-D grid, the slices of a tile consecutive (fix_sum) */
+    const int bid = blockIdx.x / IG_SPLIT_K;
+    const int part = blockIdx.x - bid * IG_SPLIT_K;
+#else
     const int bid = blockIdx.x;
+    const int part = blockIdx.y;
+#endif
     const int m0 = (bid / WG_TILES_N) * WG_BM;
     const int n0 = (bid % WG_TILES_N) * WG_BN;
-    /* split-K: this block reduces pixel k-tiles [kt0, kt1) (blockIdx.y of IG_SPLIT_K) */
-    const int kt0 = (int)((long long)blockIdx.y * WG_KT / IG_SPLIT_K);
-    const int kt1 = (int)((long long)(blockIdx.y + 1) * WG_KT / IG_SPLIT_K);
+    /* split-K: this block reduces pixel k-tiles [kt0, kt1) (slice `part` of IG_SPLIT_K) */
+    const int kt0 = (int)((long long)part * WG_KT / IG_SPLIT_K);
+    const int kt1 = (int)((long long)(part + 1) * WG_KT / IG_SPLIT_K);
+    /* WG_ROT: the tiles start their slice at spread k-tiles (then wrap around), so that the
+       blocks sharing an A or a B tile do not all read the same pixels at once */
+    const int rot = WG_ROT ? (int)((long long)bid * (kt1 - kt0) / WG_TILES_ALL) : 0;
 
     float acc[WG_ACC];
 #pragma unroll
@@ -487,17 +604,19 @@ KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
 #if WG_WS
     /* the barriers past the ring and the epilogue's tile */
     constexpr int ring = WG_STAGES * WG_STAGE_BYTES, tile_bytes = WG_BM * (WG_BN + 8) * 2;
-    wrw_mainloop_ws(x, dy, base, base + (ring > tile_bytes ? ring : tile_bytes), m0, n0, kt0, kt1 - kt0, acc);
+    wrw_mainloop_ws(x, dy, base, base + (ring > tile_bytes ? ring : tile_bytes), m0, n0, kt0, kt1 - kt0, rot, acc);
 #else
-    wrw_mainloop(x, dy, base, m0, n0, kt0, kt1 - kt0, acc);
+    wrw_mainloop(x, dy, base, m0, n0, kt0, kt1 - kt0, rot, acc);
 #endif
 
     /* ---- epilogue: this warp's 16 x WG_NW tile as m16n8 fragments; tile row r is dw row m0 + r ---- */
-    const float(&frag)[1][IG_NI][4] = *reinterpret_cast<const float(*)[1][IG_NI][4]>(acc);
-    const int wm0 = wg_m * 64 + (warp & 3) * 16;
-    const int wn0 = wg_n * WG_NW;
-    auto row_off = [&](int row) -> int { return m0 + row < IG_K ? (m0 + row) * WG_RSC + n0 : -1; };
-#if IG_CLUSTER
+    [[maybe_unused]] const float(&frag)[1][IG_NI][4] = *reinterpret_cast<const float(*)[1][IG_NI][4]>(acc);
+    [[maybe_unused]] const int wm0 = wg_m * 64 + (warp & 3) * 16;
+    [[maybe_unused]] const int wn0 = wg_n * WG_NW;
+    [[maybe_unused]] auto row_off = [&](int row) -> int { return m0 + row < IG_K ? (m0 + row) * WG_RSC + n0 : -1; };
+#if WG_FIX
+    fix_sum(acc, bid, part, m0, n0, ws, dw);
+#elif IG_CLUSTER
     cluster_store_tile<WG_BM, WG_BN, WG_THREADS, 1, IG_NI, IG_SPLIT_K>(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0,
                                                                       dw, row_off);
 #elif WG_PARTS > 1 && WG_CLUSTER > 1
@@ -506,7 +625,7 @@ KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
                         ws + (i64)(blockIdx.y / WG_CLUSTER) * IG_K * WG_RSC, row_off);
 #elif IG_SPLIT_K > 1
     /* fp32 partials of this slice straight from the fragments */
-    float* part = ws + (i64)blockIdx.y * IG_K * WG_RSC;
+    float* slot = ws + (i64)part * IG_K * WG_RSC;
 #pragma unroll
     for(int h = 0; h < 2 && (!WG_WS || tid < WG_THREADS); ++h)
     {
@@ -518,7 +637,7 @@ KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
         {
             const int col = wn0 + j * 8 + (lane & 3) * 2;
             if(col < WG_RSC - n0)
-                *reinterpret_cast<float2*>(part + off + col) = make_float2(frag[0][j][2 * h], frag[0][j][2 * h + 1]);
+                *reinterpret_cast<float2*>(slot + off + col) = make_float2(frag[0][j][2 * h], frag[0][j][2 * h + 1]);
         }
     }
 #else

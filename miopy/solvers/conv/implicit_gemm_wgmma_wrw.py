@@ -15,7 +15,11 @@ k-tile), the depth of the cp.async ring (``stages``), and the split of the long 
 summing through distributed shared memory, the ``parts`` cluster sums fp32 partials in the
 workspace that a second kernel adds up (``parts`` = 1: the cluster writes dw itself); ``ws`` = 1
 adds a producer warpgroup that alone fills the ring (mbarriers between it and the MMA
-warpgroups, which then never wait at a block-wide barrier inside the loop)."""
+warpgroups, which then never wait at a block-wide barrier inside the loop); ``fix`` = 1 sums the
+``parts`` inside the one kernel: each slice leaves its fp32 partial in the workspace, signals the
+tile's other slices through flags there, and once it has theirs sums its share of the tile and
+stores it (no second kernel, no pass over every partial of every tile by one launch); ``rot`` = 1
+starts each tile's slice at its own k-tile (spread over the tiles, wrapping around)."""
 
 from __future__ import annotations
 
@@ -46,9 +50,17 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "cluster": (1, 2, 4, 8),
     "parts": (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32),  # sums through the workspace
     # 1: warp-specialised, a producer warpgroup fills the ring (mbarriers), the MMA warpgroups
-    # only compute; no clusters, at most 2 MMA warpgroups
-    "ws": (0, 1),
+    # only compute; no clusters, at most 2 MMA warpgroups; 2: the same with 8 producer threads
+    # per pixel row (a warp's copies cover whole 128-byte lines) instead of 2
+    "ws": (0, 1, 2),
+    # 1: the parts sum each other's partials inside the kernel (flags in the workspace) instead
+    # of a second kernel; only with parts > 1 and no clusters
+    "fix": (0, 1),
+    # 1: each tile starts its slice of the reduction at its own k-tile (spread over the tiles)
+    # and wraps around, so that the blocks sharing an operand tile do not read it all at once
+    "rot": (0, 1),
 }
+OPTIONAL = ("ws", "fix", "rot")  # fields that records from before them lack (meaning 0)
 FIELDS = tuple(DOMAIN)
 WGMMA_WIDTHS = (64, 128, 192, 256)  # the N of one warpgroup's MMA
 MAX_WARPGROUPS = 4
@@ -69,7 +81,15 @@ DEFAULT_TILES_WIDE = {(128, 192, 1, 4): 0.85, (256, 128, 1, 4): 0.9, (128, 128, 
 # scripts/bench_wgmma_wrw.py --configs ws) 7x7 K512 128 x 192 unsplit took 24.9 us fp16 / 25.1 us
 # bf16 warp-specialised against 26.5 / 26.6 us without; split into 5 or 20 parts (14x14, 28x28)
 # and the 128-column tiles it was slower (30.9 against 28.1 us, 33.7 against 28.9 us).
+# With its k-tile starts spread over the tiles (rot = 1; scripts/bench_wgmma_wrw.py --configs rot,
+# 2026-11-23) it took 23.6 us against 24.2 us fp16.
 WS_UNSPLIT_TILES = {(128, 192, 1)}
+# Tiles whose default is warp-specialised with 8 producer threads per pixel row (ws = 2) where
+# the grid is split in workspace parts: 28x28 K128 128 x 128 in 14 parts 24.1 us fp16 against
+# 26.1 us without a producer (both summed in the kernel), 14x14 K256 in 3 parts 27.8 against
+# 29.5 us (H200, --configs rot / fix, 2026-11-23). Unsplit it was not measured; 64 x 64 tied
+# (34.0 against 33.8 us), and the 128 x 192 unsplit tile was slower with it (25.7 against 24.2 us).
+WS2_SPLIT_TILES = {(128, 128, 1)}
 SEARCH_TILES = (
     (64, 64, 1),
     (64, 128, 1),
@@ -88,9 +108,28 @@ MAX_PARTS_ALONE = 32  # splits beyond this many slices sum in clusters of 2, 4 o
 
 
 def wrw_config(
-    bm: int, bn: int, wn: int = 1, stages: int = 4, cluster: int = 1, parts: int = 1, ws: int = 0
+    bm: int,
+    bn: int,
+    wn: int = 1,
+    stages: int = 4,
+    cluster: int = 1,
+    parts: int = 1,
+    ws: int = 0,
+    *,
+    fix: int = 0,
+    rot: int = 0,
 ) -> dict[str, int]:
-    return {"bm": bm, "bn": bn, "wn": wn, "stages": stages, "cluster": cluster, "parts": parts, "ws": ws}
+    return {
+        "bm": bm,
+        "bn": bn,
+        "wn": wn,
+        "stages": stages,
+        "cluster": cluster,
+        "parts": parts,
+        "ws": ws,
+        "fix": fix,
+        "rot": rot,
+    }
 
 
 def split_near(total: int) -> tuple[int, int]:
@@ -107,7 +146,7 @@ def threads(config: dict[str, int]) -> int:
 
 def block_threads(config: dict[str, int]) -> int:
     """The MMA warpgroups and, warp-specialised, the producer warpgroup."""
-    return threads(config) + LOADERS * config.get("ws", 0)
+    return threads(config) + (LOADERS if config.get("ws", 0) else 0)
 
 
 def slices(config: dict[str, int]) -> int:
@@ -161,16 +200,28 @@ def blocks_per_sm(config: dict[str, int], smem: int) -> int:
     return max(1, min(smem // smem_bytes(config), by_regs))
 
 
+def fix_flag_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
+    """``fix``: a u64 flag per writing and reading part of each tile, in 256-byte units."""
+    return -(-(tiles(problem, config) * config["parts"] ** 2 * 8) // 256) * 256
+
+
 def workspace_bytes(problem: ConvProblem, config: dict[str, int]) -> int:
-    """The fp32 partial dw of each part (none with one part)."""
-    return 0 if config["parts"] == 1 else config["parts"] * problem.w.element_space * 4
+    """The fp32 partial dw of each part (none with one part); with ``fix`` the flags and each
+    part's whole fp32 tiles (edge tiles included)."""
+    if config["parts"] == 1:
+        return 0
+    if config.get("fix", 0):
+        tile_floats = tiles(problem, config) * config["bm"] * config["bn"]
+        return fix_flag_bytes(problem, config) + config["parts"] * tile_floats * 4
+    return config["parts"] * problem.w.element_space * 4
 
 
 def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpec]:
     """wgmma_wrw, one block of ``block_threads(config)`` per dw tile (grid x) and slice of the
     reduction (grid y); with several parts igemm_splitk_reduce, one work item per 8 dw values.
     The shape and the config are defines (IG_<shape>, WG_BM, WG_BN, WG_WN, WG_STAGES,
-    IG_SPLIT_K the slices, WG_CLUSTER; IG_CLUSTER where one cluster holds all slices)."""
+    IG_SPLIT_K the slices, WG_CLUSTER; IG_CLUSTER where one cluster holds all slices; WG_FIX:
+    the parts sum in the kernel, whose grid is then 1-D with a tile's parts consecutive)."""
     split = slices(config)
     defines = {
         **conv_shape_defines(problem),
@@ -181,13 +232,16 @@ def kernel_specs(problem: ConvProblem, config: dict[str, int]) -> list[KernelSpe
         "IG_SPLIT_K": split,
         "WG_CLUSTER": config["cluster"],
         "WG_WS": config.get("ws", 0),
+        "WG_FIX": config.get("fix", 0),
+        "WG_ROT": config.get("rot", 0),
     }
     if config["cluster"] > 1 and config["parts"] == 1:
         defines["IG_CLUSTER"] = 1
     local = block_threads(config)
-    grid = (tiles(problem, config) * local, split)
+    fix = config.get("fix", 0)
+    grid = (tiles(problem, config) * split * local, 1) if fix else (tiles(problem, config) * local, split)
     specs = [KernelSpec("wgmma_wrw", "wgmma_wrw", defines, grid, (local, 1))]
-    if config["parts"] > 1:
+    if config["parts"] > 1 and not fix:
         work = -(-(problem.w.element_space // 8) // REDUCE_THREADS) * REDUCE_THREADS
         specs.append(KernelSpec("wgmma_wrw", "igemm_splitk_reduce", defines, (work,), (REDUCE_THREADS,)))
     return specs
@@ -219,12 +273,13 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         return r * s == 1
 
     def is_valid_config(self, ctx, problem: ConvProblem, config: Any) -> bool:
-        """Exactly DOMAIN's fields (``ws`` may be missing: 0) with values from it; bn / wn one of
-        the wgmma widths; at most MAX_WARPGROUPS warpgroups (and the device's threads per
+        """Exactly DOMAIN's fields (OPTIONAL ones may be missing: 0) with values from it; bn / wn
+        one of the wgmma widths; at most MAX_WARPGROUPS warpgroups (and the device's threads per
         block); warp-specialised only without clusters and with at most MAX_WS_MMA_THREADS MMA
-        threads; slices of at least one k-tile each; shared memory within the device's limit."""
-        if not isinstance(config, dict) or set(config) not in (set(DOMAIN), set(DOMAIN) - {"ws"}):
-            return False  # records from before "ws" mean ws = 0
+        threads; ``fix`` only with parts > 1 and no clusters; slices of at least one k-tile
+        each; shared memory within the device's limit."""
+        if not isinstance(config, dict) or not set(DOMAIN) - set(OPTIONAL) <= set(config) <= set(DOMAIN):
+            return False  # records from before "ws" or "fix" mean 0
         if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items()):
             return False
         if config["bn"] % config["wn"] or config["bn"] // config["wn"] not in WGMMA_WIDTHS:
@@ -234,6 +289,8 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         if threads(config) == 512 and config["bn"] // config["wn"] // 2 > MAX_ACC_512:
             return False  # 128 registers per thread could not hold them
         if config.get("ws", 0) and (config["cluster"] > 1 or threads(config) > MAX_WS_MMA_THREADS):
+            return False
+        if config.get("fix", 0) and (config["cluster"] > 1 or config["parts"] == 1):
             return False
         info = getattr(ctx, "info", None)
         if info is not None and block_threads(config) > info.max_work_group_size:
@@ -249,8 +306,8 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         return workspace_bytes(problem, config or self.default_config(ctx, problem))
 
     def get_program(self, ctx, problem: ConvProblem, config: dict[str, Any] | None = None) -> Program:
-        """wgmma_wrw on (x, dy, dw, the workspace); with several parts then the sum of the
-        parts' fp32 partials into dw."""
+        """wgmma_wrw on (x, dy, dw, the workspace); with several parts (and no ``fix``) then the
+        sum of the parts' fp32 partials into dw."""
         if config is None:
             config = self.default_config(ctx, problem)
         elif not self.is_valid_config(ctx, problem, config):
@@ -259,7 +316,7 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
         partials = Workspace() if config["parts"] > 1 else None
         args = (Tensor("x"), Tensor("y"), Tensor("w"), partials)
         steps = [Launch(specs[0], args, shared_mem=smem_bytes(config))]
-        if config["parts"] > 1:
+        if len(specs) > 1:
             steps.append(Launch(specs[1], (Workspace(), Tensor("w"))))
         return Program(tuple(steps), workspace=workspace_bytes(problem, config))
 
@@ -296,8 +353,14 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """Of DEFAULT_TILES_NARROW (K <= 64) or DEFAULT_TILES_WIDE (fewer stages where shared
         memory is short), each with fill_split's split, the one speed() ranks first,
-        warp-specialised where it is unsplit and one of WS_UNSPLIT_TILES; 64 x 64 with 3 stages
-        where none is valid."""
+        warp-specialised where it is unsplit and one of WS_UNSPLIT_TILES (with spread k-tile
+        starts) or split in parts and one of WS2_SPLIT_TILES (8 producer threads a row), its
+        parts summed in the kernel (``fix``) where it has parts and no clusters (H200, fp16,
+        2026-11-23; scripts/bench_wgmma_wrw.py --configs fix, rotating inputs: 56x56 K64 64 x 64
+        in 28 parts 33.7 us against 35.8 us with igemm_splitk_reduce, 14x14 K256 256 x 128 in 7
+        parts 25.6 against 27.9 us; ncu there: the main kernel 23.6 us and the reduce 6.4 us
+        before, the one kernel 25.5 us now; benchmarks/conv.py, L2 flushed before each run:
+        36.2 against 37.2 us and 28.1 against 28.6 us); 64 x 64 with 3 stages where none is valid."""
         k = problem.w.lens[0]
         out, best = None, 0.0
         for (bm, bn, wn, stages), weight in (DEFAULT_TILES_NARROW if k <= 64 else DEFAULT_TILES_WIDE).items():
@@ -310,26 +373,35 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
             score = self.speed(ctx, problem, config, weight)
             if score > best:
                 out, best = config, score
-        if out and slices(out) == 1 and (out["bm"], out["bn"], out["wn"]) in WS_UNSPLIT_TILES:
-            ws = {**out, "ws": 1}
+        tile = (out["bm"], out["bn"], out["wn"]) if out else None
+        if out and out["parts"] > 1 and out["cluster"] == 1 and tile in WS2_SPLIT_TILES:
+            ws = {**out, "ws": 2}
             if self.is_valid_config(ctx, problem, ws):
                 out = ws
+        if out and slices(out) == 1 and tile in WS_UNSPLIT_TILES:
+            ws = {**out, "ws": 1, "rot": 1}
+            if self.is_valid_config(ctx, problem, ws):
+                out = ws
+        if out and out["parts"] > 1 and out["cluster"] == 1:
+            out = {**out, "fix": 1}
         return out or wrw_config(64, 64, 1, 3)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """SEARCH_TILES no taller than the next power of two of K (at least 64) and no wider
         than the next multiple of 64 of R*S*C, with SEARCH_STAGES, each with fill_split's split,
         that split in clusters of 2 (where even), and half and twice as many slices; then each
-        tile warp-specialised with WS_SEARCH_STAGES and fill_split's split. The default config
-        where none is valid."""
+        tile warp-specialised (both producer layouts) with WS_SEARCH_STAGES and fill_split's
+        split; every one of those in workspace parts without clusters also with ``fix``; each
+        fill_split config with ``rot`` too. The default config where none is valid."""
         k, c, r, s = problem.w.lens
         cap_m = max(64, 1 << (k - 1).bit_length())
         cap_n = max(64, -(-(r * s * c) // 64) * 64)
         out: list[dict[str, Any]] = []
 
         def add(config: dict[str, Any]) -> None:
-            if config not in out and self.is_valid_config(ctx, problem, config):
-                out.append(config)
+            for variant in (config, {**config, "fix": 1}):
+                if variant not in out and self.is_valid_config(ctx, problem, variant):
+                    out.append(variant)
 
         for (bm, bn, wn), stages in itertools.product(SEARCH_TILES, SEARCH_STAGES):
             base = wrw_config(bm, bn, wn, stages)
@@ -337,14 +409,16 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
                 continue
             fill = self.fill_split(ctx, problem, base)
             add(fill)
+            add({**fill, "rot": 1})
             total = slices(fill)
             if total % 2 == 0 and total <= 2 * MAX_PARTS_ALONE:
                 add({**base, "cluster": 2, "parts": total // 2})
             for factor in (0.5, 2):
                 cluster, parts = split_near(max(1, round(total * factor)))
                 add({**base, "cluster": cluster, "parts": parts})
-        for (bm, bn, wn), stages in itertools.product(SEARCH_TILES, WS_SEARCH_STAGES):
-            base = wrw_config(bm, bn, wn, stages, ws=1)
+        for (bm, bn, wn), stages, ws in itertools.product(SEARCH_TILES, WS_SEARCH_STAGES, (1, 2)):
+            base = wrw_config(bm, bn, wn, stages, ws=ws)
             if bm <= cap_m and bn <= cap_n and self.is_valid_config(ctx, problem, base):
                 add(self.fill_split(ctx, problem, base))
+                add({**self.fill_split(ctx, problem, base), "rot": 1})
         return out or [self.default_config(ctx, problem)]
