@@ -158,7 +158,9 @@ class Handle:
                 _log.info(
                     "compiling %s%s %s %s", spec.file, self.backend.kernel_ext, spec.name, " ".join(options)
                 )
-                binary = self.backend.build(source, spec.file + self.backend.kernel_ext, list(options))
+                binary = self.backend.build(
+                    source, spec.file + self.backend.kernel_ext, list(options), spec.name
+                )
                 with self._cache_lock:
                     self.kernel_cache.put(key, binary)
                 kernel = self.backend.load(binary, spec.name)

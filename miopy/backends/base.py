@@ -124,9 +124,10 @@ class Backend(abc.ABC):
 
     # ---- kernels ------------------------------------------------------------------------------
     @abc.abstractmethod
-    def build(self, source: str, filename: str, options: list[str]) -> bytes:
+    def build(self, source: str, filename: str, options: list[str], kernel: str | None = None) -> bytes:
         """Compile ``source`` with ``options`` (``-DNAME=VALUE`` ...) into a loadable binary.
-        Raises CompileError with the compiler log."""
+        ``kernel``: the one kernel the binary will be loaded for (a backend may leave the others
+        out); None keeps them all. Raises CompileError with the compiler log."""
 
     @abc.abstractmethod
     def load(self, binary: bytes, kernel_name: str) -> Any:

@@ -651,7 +651,7 @@ class Backend(BackendBase):
         return base + offset
 
     # ---- kernels ------------------------------------------------------------------------------
-    def build(self, source: str, filename: str, options: list[str]) -> bytes:
+    def build(self, source: str, filename: str, options: list[str], kernel: str | None = None) -> bytes:
         return _compile(source, filename, list(options), self.target)
 
     def load(self, binary: bytes, kernel_name: str) -> Any:

@@ -15,6 +15,7 @@ import numpy as np
 from miopy import log
 from miopy.backends.base import Backend as BackendBase
 from miopy.backends.base import DeviceInfo, expand_includes
+from miopy.backends.one_kernel import one_kernel_source
 from miopy.errors import AllocFailed, BackendUnavailable, CompileError, bad
 
 _log = log.get("miopy.backends.opencl")
@@ -157,7 +158,7 @@ class Backend(BackendBase):
         return int(buffer.size)
 
     # ---- kernels ------------------------------------------------------------------------------
-    def build(self, source: str, filename: str, options: list[str]) -> bytes:
+    def build(self, source: str, filename: str, options: list[str], kernel: str | None = None) -> bytes:
         if self._nvidia and _nvrtc_used():
             # Seen on an H100 with CUDA 13: once NVRTC (cuda-bindings) has compiled in the process,
             # NVIDIA's OpenCL still builds, but some kernels then compute wrong results. Merely
@@ -168,7 +169,10 @@ class Backend(BackendBase):
             )
         _check_file_size_limit(filename)
         try:
-            program = cl.Program(self.ctx, expand_includes(source)).build(options=options, cache_dir=False)
+            source = expand_includes(source)
+            if kernel is not None:  # PoCL spends seconds of CPU on each kernel of a program
+                source = one_kernel_source(source, kernel)
+            program = cl.Program(self.ctx, source).build(options=options, cache_dir=False)
         except cl.RuntimeError as exc:
             raise CompileError(f"{filename}: OpenCL build failed with {' '.join(options)}:\n{exc}") from None
         binary = bytes(program.get_info(cl.program_info.BINARIES)[0])

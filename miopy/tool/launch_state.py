@@ -138,7 +138,7 @@ def add_launch_code(
 
     def rebuild(spec: KernelSpec) -> bytes:
         key, source = ctx.kernel_key(spec)
-        return ctx.backend.build(source, key.file, list(spec.options()))
+        return ctx.backend.build(source, key.file, list(spec.options()), spec.name)
 
     out, retaken = retake(specs, binaries, rebuild, map_)
     print(

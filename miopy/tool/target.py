@@ -53,7 +53,7 @@ class OfflineCuda:
     def __init__(self, target: str):
         self.target = target
 
-    def build(self, source: str, filename: str, options: list[str]) -> bytes:
+    def build(self, source: str, filename: str, options: list[str], kernel: str | None = None) -> bytes:
         from miopy.backends import cuda
 
         return cuda.compile_cubin(source, filename, options, self.target)
@@ -165,7 +165,7 @@ class TargetContext:
 
     def build(self, spec: KernelSpec) -> tuple[KernelKey, bytes]:
         key, source = self.kernel_key(spec)
-        return key, self.backend.build(source, key.file, list(spec.options()))
+        return key, self.backend.build(source, key.file, list(spec.options()), spec.name)
 
 
 def target(backend: str, arch: str | None = None, compute_units: int | None = None, device: int = 0):
