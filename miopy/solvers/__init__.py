@@ -17,6 +17,7 @@ from miopy.solvers.conv.gemm import (
     GemmWrw1x1_stride1,
     GemmWrwUniversal,
 )
+from miopy.solvers.conv.gemm1x1_stream import Conv1x1StreamBwd, Conv1x1StreamFwd, Conv1x1StreamWrw
 from miopy.solvers.conv.gemm_lt import GemmLtBwd1x1, GemmLtFwd1x1, GemmLtWrw1x1
 from miopy.solvers.conv.gemm_lt_wrw import GemmLtWrw1x1Nchw
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
@@ -71,6 +72,7 @@ SOLVERS: dict[str, list[Solver]] = {
         GemmLtWrw1x1(),
         GemmLtWrw1x1Nchw(),
         GemmFwd1x1_0_1(),
+        Conv1x1StreamFwd(),
         ConvWgmmaFwdNhwc(),
         ConvIgemmFwdNhwc(),
         ConvIgemmPadC4FwdNhwc(),
@@ -79,6 +81,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmPadFwdTf32x3(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
+        Conv1x1StreamBwd(),
         ConvWgmmaBwdNhwc(),
         ConvIgemmBwdNhwc(),
         ConvIgemmPadBwdNhwc(),
@@ -87,6 +90,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmBwdPhaseTf32x3(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
+        Conv1x1StreamWrw(),
         ConvWgmmaWrwNhwc(),
         ConvIgemmWrwNhwc(),
         ConvIgemmPadWrwNhwc(),
