@@ -17,9 +17,18 @@
    aligned move, which faults). Here the 16 bytes move as ushort8 (element alignment). Loads
    convert by integer operations on float8 (half8_bits_to_float8, common/miopy_types.h: a ReLU
    over 1.6 M fp16 values took 0.7-0.9 ms with it, 4.5-8.5 ms through vload_half8 of a private
-   vector, under load); stores go through a private vector and vstore_half8_rte, which measured
-   faster than the integer rounding. bf16: element casts (PoCL's convert_uint8 / convert_ushort8
-   are slow). */
+   vector, under load; a one-move unaligned ushort8 load into vload_half8 of a private vector,
+   which LLVM folds into vcvtph2ps, measured 4-5x slower than this in a ReLU too). Stores convert
+   by vstore_half8_rte into a private vector (faster than the integer rounding) and store it as
+   one unaligned 16-byte move of the miopy_ushort8_u type below, which LLVM folds into one
+   vcvtps2ph to memory: vstore8 of a ushort8 had stored the eight halves one by one (8 extracts
+   and 8 stores; fp16 ReLU forward 0.87-0.90 -> 0.47-0.53 ms of CPU a call, the fp16 channels-last
+   within-channel LRN about a tenth of its time). bf16: element casts (PoCL's convert_uint8 /
+   convert_ushort8 are slow). */
+/* ushort8 at element (2-byte) alignment: an under-aligned typedef (clang lowers the alignment),
+   so the compiler emits an unaligned move */
+typedef ushort8 __attribute__((aligned(2))) miopy_ushort8_u;
+
 DEVICE_FN float8 load_f8(const GLOBAL data_t* p, i64 off)
 {
 #if MIOPY_DTYPE == 0
@@ -41,15 +50,14 @@ DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
 #elif MIOPY_DTYPE == 1 /* round to nearest even */
     ushort8 h;
     vstore_half8_rte(v, 0, (half*)&h);
-    vstore8(h, 0, (GLOBAL ushort*)(p + off));
+    *(GLOBAL miopy_ushort8_u*)(p + off) = h;
 #else
     const uint8 u = as_uint8(v);
     const uint8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const int8 is_nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0u);
     const uint8 r = select(rounded, (uint8)0x7fc0u, as_uint8(is_nan));
-    vstore8((ushort8)((ushort)r.s0, (ushort)r.s1, (ushort)r.s2, (ushort)r.s3, (ushort)r.s4, (ushort)r.s5,
-                      (ushort)r.s6, (ushort)r.s7),
-            0, p + off);
+    *(GLOBAL miopy_ushort8_u*)(p + off) = (ushort8)((ushort)r.s0, (ushort)r.s1, (ushort)r.s2, (ushort)r.s3,
+                                                   (ushort)r.s4, (ushort)r.s5, (ushort)r.s6, (ushort)r.s7);
 #endif
 }
 

@@ -481,8 +481,8 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
    item per row (rows) or per pixel (channels) summing all size x size terms, 6-30 times. */
 /* lrn_*_within_rows_cpu: a work item per (n, c, band of up to RB rows); each window row's terms
    are computed once for the band into a zero-padded private row, their window sums along the row
-   kept in a ring of `size` rows (row a in slot a % size), and each output row adds its window's
-   rows of the ring (the previous kernel, a work item per row, computed every term `size` times:
+   kept in a ring of `size` rows (the rows of the current output row's window, those outside the
+   image as zeros), and each output row adds all rows of the ring (the previous kernel, a work item per row, computed every term `size` times:
    the backward's division by the scale too). */
 #define LRN_RING 4096 /* floats of the ring: size * (W rounded up to 8), at most this */
 #define LRN_WITHIN_ITEM_ROWS                                      \
@@ -498,40 +498,41 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
     const int Wr = (W + 7) / 8 * 8;                               \
     float tb[LRN_TB], ring[LRN_RING];                             \
     lrn_zero_halo(tb, pad, Wr, hi);                               \
-    int next = hb0 - pad > 0 ? hb0 - pad : 0; /* the next row to sum */
+    int next = hb0 - pad, slot = 0; /* the next row to sum, its slot */
 
-/* the ring slot of row `next` := the window sums along the row of the terms now in tb */
+/* the ring's slot := the window sums along the row of the terms now in tb */
 #define LRN_WITHIN_ROW_SUMS                                       \
+    for(int w0 = 0; w0 < W; w0 += 8)                              \
     {                                                             \
-        float* slot = ring + (next % size) * Wr;                  \
-        for(int w0 = 0; w0 < W; w0 += 8)                          \
-        {                                                         \
-            float8 acc = vload8(0, tb + w0);                      \
-            for(int j = 1; j < size; ++j)                         \
-                acc += vload8(0, tb + w0 + j);                    \
-            vstore8(acc, 0, slot + w0);                           \
-        }                                                         \
+        float8 acc = vload8(0, tb + w0);                          \
+        for(int j = 1; j < size; ++j)                             \
+            acc += vload8(0, tb + w0 + j);                        \
+        vstore8(acc, 0, ring + slot * Wr + w0);                   \
     }
 
-/* output row h: its window rows [h0, h1) (clipped), its unclipped height area_h; rows up to h1
-   summed into the ring first (TERMS_OF_NEXT: fill tb with row `next`'s terms) */
+/* output row h: its window's rows [h - pad, h - pad + size) put into the ring first, rows outside
+   the image as zeros, so that the window sums are the sums of all `size` slots (TERMS_OF_NEXT:
+   fill tb with row `next`'s terms); area_h: the window's height before clipping at H + pad */
 #define LRN_WITHIN_OUTPUT_ROW(TERMS_OF_NEXT)                                \
-    int h0 = h - pad, h1 = h0 + size < H + pad ? h0 + size : H + pad;       \
-    const float area_h = (float)(h1 - h0);                                  \
-    h0 = h0 > 0 ? h0 : 0;                                                   \
-    h1 = h1 < H ? h1 : H;                                                   \
-    for(; next < h1; ++next)                                                \
+    const float area_h = (float)(min(h - pad + size, H + pad) - (h - pad)); \
+    for(; next < h - pad + size; ++next, slot = slot + 1 < size ? slot + 1 : 0) \
     {                                                                       \
-        TERMS_OF_NEXT                                                       \
-        LRN_WITHIN_ROW_SUMS                                                 \
+        if(next >= 0 && next < H)                                           \
+        {                                                                   \
+            TERMS_OF_NEXT                                                   \
+            LRN_WITHIN_ROW_SUMS                                             \
+        }                                                                   \
+        else                                                                \
+            for(int w0 = 0; w0 < W; w0 += 8)                                \
+                vstore8((float8)(0.0f), 0, ring + slot * Wr + w0);          \
     }
 
-/* the window sums of columns w0 .. w0 + 7 of output rows' window [h0, h1) */
-DEVICE_FN float8 lrn_ring_sum(const float* ring, int h0, int h1, int size, int Wr, int w0)
+/* the window sums of columns w0 .. w0 + 7: all slots of the ring */
+DEVICE_FN float8 lrn_ring_sum(const float* ring, int size, int Wr, int w0)
 {
-    float8 acc = (float8)(0.0f);
-    for(int a = h0; a < h1; ++a)
-        acc += vload8(0, ring + (a % size) * Wr + w0);
+    float8 acc = vload8(0, ring + w0);
+    for(int j = 1; j < size; ++j)
+        acc += vload8(0, ring + j * Wr + w0);
     return acc;
 }
 
@@ -560,7 +561,7 @@ KERNEL void lrn_fwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data
         const i64 row = plane + (i64)h * W;
         for(int w0 = 0; w0 < W; w0 += 8)
         {
-            const float8 rs = lrn_ring_sum(ring, h0, h1, size, Wr, w0);
+            const float8 rs = lrn_ring_sum(ring, size, Wr, w0);
             const float8 s = k + alpha / (area_h * lrn_area_w8(w0, W, pad, size)) * rs;
             lrn_store_lanes_f8(y, row, w0, W, lrn_lanes_f8(x, row, w0, W) * LRN_POW8(s, -beta));
             if(save)
@@ -597,7 +598,7 @@ KERNEL void lrn_bwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, const GLOBA
             sc8 = w0 + 8 <= W ? sc8 : select(sc8, (float8)(1.0f), lane >= W - w0);
             const float8 factor = ab2 / (area_h * lrn_area_w8(w0, W, pad, size));
             const float8 g = lrn_lanes_f8(dy, row, w0, W) * LRN_POW8(sc8, -beta);
-            const float8 rs = lrn_ring_sum(ring, h0, h1, size, Wr, w0);
+            const float8 rs = lrn_ring_sum(ring, size, Wr, w0);
             lrn_store_lanes_f8(dx, row, w0, W, g - factor * lrn_lanes_f8(x, row, w0, W) * rs);
         }
     }
@@ -620,36 +621,36 @@ KERNEL void lrn_bwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, const GLOBA
         tb[i] = (float8)(0.0f);                                   \
     for(int i = pad + W; i < W + size - 1; ++i)                   \
         tb[i] = (float8)(0.0f);                                   \
-    int next = hb0 - pad > 0 ? hb0 - pad : 0;
+    int next = hb0 - pad, slot = 0;
 
 #define LRN_WITHIN_ROW_SUMS8                                      \
+    for(int w = 0; w < W; ++w)                                    \
     {                                                             \
-        float8* slot = ring + (next % size) * W;                  \
-        for(int w = 0; w < W; ++w)                                \
-        {                                                         \
-            float8 acc = tb[w];                                   \
-            for(int j = 1; j < size; ++j)                         \
-                acc += tb[w + j];                                 \
-            slot[w] = acc;                                        \
-        }                                                         \
+        float8 acc = tb[w];                                       \
+        for(int j = 1; j < size; ++j)                             \
+            acc += tb[w + j];                                     \
+        ring[slot * W + w] = acc;                                 \
     }
 
 #define LRN_WITHIN_OUTPUT_ROW8(TERMS_OF_NEXT)                               \
-    int h0 = h - pad, h1 = h0 + size < H + pad ? h0 + size : H + pad;       \
-    const float area_h = (float)(h1 - h0);                                  \
-    h0 = h0 > 0 ? h0 : 0;                                                   \
-    h1 = h1 < H ? h1 : H;                                                   \
-    for(; next < h1; ++next)                                                \
+    const float area_h = (float)(min(h - pad + size, H + pad) - (h - pad)); \
+    for(; next < h - pad + size; ++next, slot = slot + 1 < size ? slot + 1 : 0) \
     {                                                                       \
-        TERMS_OF_NEXT                                                       \
-        LRN_WITHIN_ROW_SUMS8                                                \
+        if(next >= 0 && next < H)                                           \
+        {                                                                   \
+            TERMS_OF_NEXT                                                   \
+            LRN_WITHIN_ROW_SUMS8                                            \
+        }                                                                   \
+        else                                                                \
+            for(int w = 0; w < W; ++w)                                      \
+                ring[slot * W + w] = (float8)(0.0f);                        \
     }
 
-DEVICE_FN float8 lrn_ring_sum8(const float8* ring, int h0, int h1, int size, int W, int w)
+DEVICE_FN float8 lrn_ring_sum8(const float8* ring, int size, int W, int w)
 {
-    float8 acc = (float8)(0.0f);
-    for(int a = h0; a < h1; ++a)
-        acc += ring[(a % size) * W + w];
+    float8 acc = ring[w];
+    for(int j = 1; j < size; ++j)
+        acc += ring[j * W + w];
     return acc;
 }
 
@@ -678,7 +679,7 @@ KERNEL void lrn_fwd_within_channels_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL 
         for(int w = 0; w < W; ++w)
         {
             const i64 o = n * sn + h * sh + w * sw;
-            const float8 rs = lrn_ring_sum8(ring, h0, h1, size, W, w);
+            const float8 rs = lrn_ring_sum8(ring, size, W, w);
             const float8 s = k + alpha / (area_h * lrn_area_w(w, W, pad, size)) * rs;
             lrn_store_lanes_f8(y, o, c0, C, lrn_lanes_f8(x, o, c0, C) * LRN_POW8(s, -beta));
             if(save)
@@ -715,7 +716,7 @@ KERNEL void lrn_bwd_within_channels_cpu(const GLOBAL data_t* RESTRICT x, const G
             sc8 = c0 + 8 <= C ? sc8 : select(sc8, (float8)(1.0f), lane >= C - c0);
             const float factor = ab2 / (area_h * lrn_area_w(w, W, pad, size));
             const float8 g = lrn_lanes_f8(dy, o, c0, C) * LRN_POW8(sc8, -beta);
-            const float8 rs = lrn_ring_sum8(ring, h0, h1, size, W, w);
+            const float8 rs = lrn_ring_sum8(ring, size, W, w);
             lrn_store_lanes_f8(dx, o, c0, C, g - factor * lrn_lanes_f8(x, o, c0, C) * rs);
         }
     }
