@@ -32,7 +32,10 @@ iteration, with the minimum and median over the processes):
 
 Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-warm-up``
 (MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-choices`` (a copy of the package without its choices and
-library calls, as packages were before them), ``again`` (OpenCL: the package in a new process
+library calls, as packages were before them), ``kdb-no-programs`` (a copy of the package
+without the programs of its chosen solutions: each choice checked against its solver and its
+program made by the solver, as before packages carried programs), ``again`` (OpenCL: the
+package in a new process
 that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on first
 launch and caches that), ``kdb-eager`` (CUDA_MODULE_LOADING=EAGER: CUDA loads every kernel of
 cuBLAS and cuBLASLt when they are loaded, in the handle's set-up, instead of each at its first
@@ -170,6 +173,7 @@ to_first = time.time() - float(spawned)  # the parent's clock: interpreter start
 handle_to_first = time.perf_counter() - t_handle
 compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
 chosen = h.package_choices.used
+planned = getattr(h.package_choices, "planned", None)
 warmed = getattr(h.backend, "library_warmed", None)
 first_spent = {k: round(v, 4) for k, v in spent.items()}
 warm, warm_host = [], []
@@ -179,7 +183,7 @@ for _ in range(int(warm_runs)):
 print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": first,
                   "warm_s": min(warm), "compiled": compiled, "loaded": loaded,
                   "to_first_s": to_first, "handle_to_first_s": handle_to_first, "handle_s": handle_s,
-                  "chosen": chosen, "warmed": warmed, "first_host_s": first_host,
+                  "chosen": chosen, "planned": planned, "warmed": warmed, "first_host_s": first_host,
                   "set_up_busy": set_up_busy, "lt_init_s": getattr(h.backend, "lt_initialized_s", None),
                   "prechecked": getattr(h.backend, "library_prechecked", None),
                   "prefetched": getattr(h.kernel_cache, "prefetched", None),
@@ -267,15 +271,17 @@ def _manifest(kdb: Path, tmp: Path, backend: str) -> dict:
     return json.loads(done.stdout)
 
 
-def _without_choices(kdb: Path, folder: Path) -> Path:
-    """A copy of the package without its immediate-mode choices and library calls (what a
-    package held before they were shipped): the same kernels, every solver asked again."""
+def _without_choices(kdb: Path, folder: Path, tables=("kdb_choice", "kdb_library", "kdb_plan")) -> Path:
+    """A copy of the package without its immediate-mode choices, library calls and programs
+    (what a package held before they were shipped): the same kernels, every solver asked again.
+    With ``tables=("kdb_plan",)``: without its programs only (before them: each choice checked
+    against its solver and its program made by the solver)."""
     folder.mkdir(mode=0o700, exist_ok=True)
     copy = folder / kdb.name
     shutil.copyfile(kdb, copy)
     conn = sqlite3.connect(copy)
     try:
-        for table in ("kdb_choice", "kdb_library"):
+        for table in tables:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.commit()
     finally:
@@ -293,6 +299,7 @@ VARIANTS = {
     "kdb": ("package", True, False, False, {}),
     "kdb-warm-up": ("package, library warm-up", True, True, False, {}),
     "kdb-no-choices": ("package without choices", "bare", False, False, {}),
+    "kdb-no-programs": ("package without programs", "checked", False, False, {}),
     "again": ("package, PoCL cache warm", True, False, True, {}),
     "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
 }
@@ -357,6 +364,10 @@ def _case(args, spec: str, count: str, mode: str, kdb: Path | None, tmp: Path, v
         runs.append(r)
         if r["status"] != "ok":
             break
+    return _summary(runs)
+
+
+def _summary(runs: list[dict]) -> dict:
     ok = [r for r in runs if r["status"] == "ok"]
     if len(ok) < len(runs):
         return runs[-1] | {"runs": runs}
@@ -366,6 +377,7 @@ def _case(args, spec: str, count: str, mode: str, kdb: Path | None, tmp: Path, v
         out[f"{field}_min"], out[f"{field}_median"] = min(values), statistics.median(values)
     out["ratio_min"] = out["first_s_min"] / max(out["warm_s_min"], 1e-9)
     out["ratios"] = [r["first_s"] / max(r["warm_s"], 1e-9) for r in ok]
+    out["ratio_median"] = statistics.median(out["ratios"])
     out["runs"] = runs
     return out
 
@@ -382,12 +394,13 @@ def _line(r: dict) -> str:
         )
     n = len(r["runs"])
     spread = f" (median {r['first_s_median']:.3f} / {r['warm_s_median']:.3f} s)" if n > 1 else ""
-    ratios = ", ".join(f"{x:.2f}" for x in r["ratios"])
+    ratios = ", ".join(f"{x:.2f}" for x in r["ratios"]) + f" (median {r['ratio_median']:.2f})"
     return (
         f"{head} problems {r['problems']:4d}  first {r['first_s_min']:8.3f} s  "
         f"warm {r['warm_s_min']:8.3f} s  ratio {r['ratio_min']:6.2f}x  "
         f"compiled {r['compiled']:4d}  loaded {r['loaded']:4d}  "
-        f"chosen {r['chosen']:4d}  warmed {r['warmed'] if r['warmed'] is not None else '-'}\n"
+        f"chosen {r['chosen']:4d}  with program {r.get('planned') if r.get('planned') is not None else '-'}  "
+        f"warmed {r['warmed'] if r['warmed'] is not None else '-'}\n"
         f"{'':24s} best of {n} processes{spread}; ratio of each run {ratios}\n"
         f"{'':24s} fresh process to first result {r['to_first_s_min']:.3f} s (median "
         f"{r['to_first_s_median']:.3f}; interpreter, imports, handle {r['handle_s']:.3f} s, buffers), "
@@ -438,6 +451,12 @@ def main() -> int:
     )
     ap.add_argument("--warm", type=int, default=3, help="warm iterations after the first (best is kept)")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per case (minima and medians)")
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run the variants round after round (one process of each per round) instead of each "
+        "variant's --repeat processes in a row: on a shared host, load then spreads over all of them",
+    )
     ap.add_argument("--kdb", type=Path, help="use this package instead of building one")
     ap.add_argument("--time-cap", type=float, help="seconds per process; a case stopped reports its progress")
     ap.add_argument("--json", type=Path, help="write the results here")
@@ -477,6 +496,9 @@ def main() -> int:
             "library calls to warm up"
         )
         bare = _without_choices(kdb, tmp / "bare") if "kdb-no-choices" in variants else None
+        checked = None
+        if "kdb-no-programs" in variants:
+            checked = _without_choices(kdb, tmp / "checked", ("kdb_plan",))
         print(
             f"workload {spec} batch {args.batch}, backend {args.backend}; first = first iteration of "
             f"a fresh process, warm = best of {args.warm} more; each case in {args.repeat} fresh "
@@ -484,13 +506,29 @@ def main() -> int:
             flush=True,
         )
         names = {"conv": ("one conv", "1"), "iter": (f"{args.workload} x{args.batch}", "all")}
+        packages = {False: None, True: kdb, "bare": bare, "checked": checked}
         for case in args.cases.split(","):
             label, count = names[case.strip()]
             for mode in [m.strip() for m in args.modes.split(",")]:
+                if args.interleave:  # round after round, each variant once per round
+                    runs: dict[str, list[dict]] = {name: [] for name in variants}
+                    for _ in range(args.repeat):
+                        for name in variants:
+                            if runs[name] and runs[name][-1]["status"] != "ok":
+                                continue
+                            run_dir = tmp / f"run-{next(_RUN)}"
+                            run_dir.mkdir()
+                            variant = VARIANTS[name]
+                            runs[name].append(
+                                _once(args, spec, count, mode, packages[variant[1]], run_dir, variant)
+                            )
+                    done = {name: _summary(runs[name]) for name in variants}
                 for name in variants:
                     variant = VARIANTS[name]
-                    package = {False: None, True: kdb, "bare": bare}[variant[1]]
-                    r = _case(args, spec, count, mode, package, tmp, variant)
+                    if args.interleave:
+                        r = done[name]
+                    else:
+                        r = _case(args, spec, count, mode, packages[variant[1]], tmp, variant)
                     r |= {"case": label, "mode": mode, "variant": variant[0], "kdb": variant[1] is not False}
                     results.append(r)
                     print(_line(r), flush=True)

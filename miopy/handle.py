@@ -3,6 +3,7 @@ compiles and runs solutions of any primitive; it knows neither the engine nor th
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from typing import Any
@@ -49,7 +50,7 @@ class Handle:
         elif precheck is not None and not config.disable_cache():
             precheck(self.package_choices.library_calls)  # checks only: nothing runs
         prefetch = config.kernel_prefetch(self.backend.name) and not config.disable_cache()
-        self._prefetch_thread = self._prefetch_kernels() if prefetch else None
+        self._prefetch_thread = self._read_package(prefetch) if not config.disable_cache() else None
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
             self.backend.name,
@@ -58,21 +59,36 @@ class Handle:
             self.info.compute_units,
         )
 
-    def _prefetch_kernels(self) -> threading.Thread | None:
-        """With a kernel package: read its binaries for this device into memory on a thread of
-        its own (KernelCache.prefetch), while the caller sets up; the first iteration's kernels
-        then come from memory instead of SQLite and zlib."""
+    def _read_package(self, binaries: bool) -> threading.Thread | None:
+        """With a kernel package, on a thread of its own while the caller sets up: its
+        immediate-mode choices and programs, checked once as a whole (PackageChoices: the package,
+        its records and the miopy sources hashed) and decoded, then with ``binaries`` (MIOPY_KERNEL_PREFETCH)
+        its binaries for this device read into memory (KernelCache.prefetch) and the sources of
+        their kernels read and hashed (the kernel keys of the first iteration): the first
+        iteration then finds all of it in memory instead of in SQLite, zlib and the files."""
         cache = self.kernel_cache
         if not cache.package_paths():
             return None
-        with self._cache_lock:
-            packages = cache._files()[:-1]  # opened here: one set of files for both threads
+        choices = self.package_choices
+        packages = ()
+        if binaries:
+            with self._cache_lock:
+                packages = cache._files()[:-1]  # opened here: one set of files for both threads
+        backend = self.backend
 
         def run() -> None:
             try:
+                choices.read_ahead()  # reads and checks the package's records, decodes them
+                if not packages:
+                    return
                 cache.prefetch(self.info.fingerprint, packages)
-            except Exception as exc:  # get() reads them itself
-                _log.debug("kernel package prefetch failed (%s)", exc)
+                ext = backend.kernel_ext
+                for file in {key[0] for key in list(cache._ahead)}:
+                    if file.endswith(ext):
+                        with contextlib.suppress(OSError):  # gone here: its key is a miss anyway
+                            backend.read_source(file[: -len(ext)])
+            except Exception as exc:  # the first iteration reads them itself
+                _log.debug("kernel package read-ahead failed (%s)", exc)
 
         thread = threading.Thread(target=run, name="miopy-kernel-prefetch", daemon=True)
         thread.start()

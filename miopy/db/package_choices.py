@@ -14,6 +14,7 @@ a package. A damaged row is a miss too."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from miopy import config, log
-from miopy.db import kernel_cache
+from miopy.db import kernel_cache, package_plans
 from miopy.db.sqlite import SqliteFile
 
 _log = log.get("miopy.db")
@@ -38,6 +39,7 @@ CREATE TABLE IF NOT EXISTS kdb_choice (
 CREATE TABLE IF NOT EXISTS kdb_library (call TEXT PRIMARY KEY);
 """
 MAX_CANDIDATES = 64  # more than any primitive's list of solvers: a longer row is not ours
+READ_AHEAD_MAX = 4096  # programs a handle decodes ahead (a ResNet-50 iteration needs 121)
 
 
 @dataclass(frozen=True)
@@ -97,15 +99,43 @@ class PackageChoices:
         exact = [p for p in paths if Path(p).name == f"{db_basename}.kdb"]
         self.path = exact[0] if exact else None  # a nearest-CU package chose for another device
         self._rows: dict[tuple[str, str, str], str] | None = None
+        # (program, find list or None) by problem: only those of a trusted package
+        self._plans: dict[tuple[str, str, str], tuple[str, str | None]] = {}
         self._library: list[Any] = []
+        # decoded ahead by ``read_ahead`` (a handle's set-up thread): by problem
+        self._programs: dict[tuple[str, str, str], Any] = {}
+        self._candidates: dict[tuple[str, str, str], Any] = {}
         self._lock = threading.Lock()  # read by immediate mode and by a library warm-up thread
         self.used = 0  # records that gave immediate mode its answer (for tests and logs)
+        self.planned = 0  # of those, the ones whose program came from the package
 
     def _loaded(self) -> dict[tuple[str, str, str], str]:
         with self._lock:
             if self._rows is None:
-                self._rows, self._library = self._load()
+                self._rows, self._library, self._plans = self._load()
             return self._rows
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the package passed the whole-package check (its plans are then used)."""
+        self._loaded()
+        return bool(self._plans)
+
+    def read_ahead(self, most: int = READ_AHEAD_MAX) -> int:
+        """Read the package and, when it is trusted, decode up to ``most`` of its choices and
+        programs now (a handle runs this on its set-up thread), so that immediate mode finds them
+        decoded. Returns how many programs were decoded."""
+        rows = self._loaded()
+        count = 0
+        for key, (text, _) in list(self._plans.items())[:most]:
+            program = package_plans.decode(text)
+            if program is not None:
+                self._programs[key] = program
+                count += 1
+            found = rows.get(key)
+            if found is not None:
+                self._candidates[key] = decode(found)
+        return count
 
     def library_calls(self) -> list[Any]:
         """The vendor-library calls (JSON values) of the package's chosen solutions, each once:
@@ -113,27 +143,31 @@ class PackageChoices:
         self._loaded()
         return list(self._library)
 
-    def _load(self) -> tuple[dict[tuple[str, str, str], str], list[Any]]:
+    def _load(self) -> tuple[dict[tuple[str, str, str], str], list[Any], dict[tuple[str, str, str], tuple]]:
         if self.path is None or config.disable_cache():
-            return {}, []
+            return {}, [], {}
         db = SqliteFile(self.path, "kern_db", kernel_cache.SCHEMA, kernel_cache.SCHEMA_VERSION, readonly=True)
         try:
             tables = {
                 name
                 for (name,) in db.query(
                     "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name IN ('kdb_manifest', 'kdb_choice', 'kdb_library')"
+                    "AND name IN ('kdb_manifest', 'kdb_choice', 'kdb_library', 'kdb_plan')"
                 )
             }
-            if tables != {"kdb_manifest", "kdb_choice", "kdb_library"}:
-                return {}, []  # a package made before choices were shipped, or by hand
+            if not {"kdb_manifest", "kdb_choice", "kdb_library"} <= tables:
+                return {}, [], {}  # a package made before choices were shipped, or by hand
             row = db.query("SELECT value FROM kdb_manifest WHERE name = 'manifest'")
-            why = self._refuse(row[0][0] if row else None)
+            manifest = row[0][0] if row else None
+            why = self._refuse(manifest)
             if why is not None:
                 _log.info("%s: its immediate-mode choices are not used (%s)", self.path, why)
-                return {}, []
+                return {}, [], {}
             rows = db.query("SELECT primitive, problem_key, invoker_key, candidates FROM kdb_choice")
             calls = db.query("SELECT call FROM kdb_library")
+            plans = []
+            if "kdb_plan" in tables:
+                plans = db.query("SELECT primitive, problem_key, invoker_key, plan, find FROM kdb_plan")
         finally:
             db.close()
         library = []
@@ -143,7 +177,22 @@ class PackageChoices:
             except (TypeError, ValueError):
                 continue  # the consumer validates every field of what does parse
         chosen = {(p, k, i): c for p, k, i, c in rows if all(isinstance(v, str) for v in (p, k, i))}
-        return chosen, library
+        why = self._distrust(json.loads(manifest), rows, plans) if plans else "no programs in it"
+        if why is not None:
+            _log.info("%s: its programs are not used, its choices are checked (%s)", self.path, why)
+            return chosen, library, {}
+        return chosen, library, {(p, k, i): (t, f) for p, k, i, t, f in plans}
+
+    @staticmethod
+    def _distrust(manifest: dict[str, Any], rows: list, plans: list) -> str | None:
+        """Why the package's choices and programs cannot be used unchecked; None when they can."""
+        if manifest.get("plan_format") != package_plans.FORMAT:
+            return f"plan_format: package {manifest.get('plan_format')!r}, here {package_plans.FORMAT!r}"
+        if manifest.get("records_sha256") != records_digest(rows, plans):
+            return "its choices or programs changed since it was built"
+        if manifest.get("code_sha256") != package_plans.code_digest():
+            return "the miopy sources here differ from those it was built with"
+        return None
 
     def _refuse(self, text: Any) -> str | None:
         """Why the package's choices do not hold here, from its manifest; None when they do."""
@@ -164,9 +213,34 @@ class PackageChoices:
                 return f"{field}: package {manifest.get(field)!r}, here {here!r}"
         return None
 
+    def plan(self, primitive: str, problem_key: str, invoker_key: str, records: Any = None) -> Any:
+        """The program of the problem's chosen solution when the package is trusted, else None.
+        With ``records`` (the find DB's answer here): (the program of the first solution, the
+        ranked (solver, configuration, time) list) of a row made from exactly those records."""
+        if self._rows is None:
+            self._loaded()
+        row = self._plans.get((primitive, problem_key, invoker_key))
+        if row is None or (row[1] is None) != (records is None):
+            return None
+        listed = None
+        if records is not None:
+            listed = package_plans.find_matches(row[1], records)
+            if listed is None:
+                return None  # another find DB answer than the build's: checked as without it
+        key = (primitive, problem_key, invoker_key)
+        found = self._programs.get(key) or package_plans.decode(row[0])
+        if found is None:
+            log.warn_once(_log, f"{self.path}: a damaged program for {problem_key}; ignored")
+            return None
+        return found if records is None else (found, listed)
+
     def get(self, primitive: str, problem_key: str, invoker_key: str) -> tuple[Candidate, ...] | None:
         rows = self._rows if self._rows is not None else self._loaded()
-        text = rows.get((primitive, problem_key, invoker_key))
+        key = (primitive, problem_key, invoker_key)
+        found = self._candidates.get(key)
+        if found is not None:
+            return found
+        text = rows.get(key)
         if text is None:
             return None
         found = decode(text)
@@ -175,4 +249,14 @@ class PackageChoices:
         return found
 
 
-__all__ = ["FORMAT", "TABLE", "Candidate", "PackageChoices", "decode", "encode"]
+def records_digest(choices: list, plans: list) -> str:
+    """sha256 of the rows of ``kdb_choice`` and ``kdb_plan`` (tuples of their columns), in any
+    order: what a package's manifest holds as records_sha256."""
+    digest = hashlib.sha256()
+    for table, rows in (("choice", choices), ("plan", plans)):
+        for row in sorted(tuple(str(v) for v in r) for r in rows):
+            digest.update(("\x1e".join((table, *row)) + "\x1d").encode())
+    return digest.hexdigest()
+
+
+__all__ = ["FORMAT", "TABLE", "Candidate", "PackageChoices", "decode", "encode", "records_digest"]

@@ -93,7 +93,42 @@ def make_solution(
         cfg = dict(cfg)
     else:
         cfg = None
-    fields = {
+    if defer:
+        return deferred_solution(handle, problem, solver, cfg, time_ms)
+    program = solver.get_program(handle, view, cfg).with_roles(problem.view_roles())
+    return solution_with(problem, solver, cfg, program, time_ms)
+
+
+def solution_with(
+    problem: Problem, solver: Solver, cfg: dict | None, program: Program, time_ms: float | None = None
+) -> Solution:
+    """The solver's solution for the user's problem with ``cfg``, running ``program`` (the
+    solver's, with the user's roles), nothing checked."""
+    return Solution(program=program, extra=dict(program.notes), **_fields(problem, solver, cfg, time_ms))
+
+
+def deferred_solution(
+    handle, problem: Problem, solver: Solver, cfg: dict | None, time_ms: float | None = None
+) -> Solution:
+    """``make_solution(..., defer=True)`` with ``cfg`` settled by the caller: the program is made
+    at its first use (``Solution.deferred``)."""
+    view = problem.solver_view()
+    try:
+        owner = weakref.ref(handle)  # no cycle through the handle's cache of answers
+    except TypeError:  # a context that takes no weak reference (a stand-in): held as is
+        owner = lambda: handle  # noqa: E731
+
+    def build() -> Program:
+        made = owner()
+        if made is None:
+            raise InternalError(f"solver={solver.name}: its handle is gone; the solution cannot be built")
+        return solver.get_program(made, view, cfg).with_roles(problem.view_roles())
+
+    return Solution.deferred(build, **_fields(problem, solver, cfg, time_ms))
+
+
+def _fields(problem: Problem, solver: Solver, cfg: dict | None, time_ms: float | None) -> dict[str, Any]:
+    return {
         "solver": solver.name,
         "solver_id": solver.id,
         "algorithm": solver.algorithm,
@@ -102,21 +137,6 @@ def make_solution(
         "dynamic": solver.dynamic,
         "time_ms": time_ms,
     }
-    if defer:
-        try:
-            owner = weakref.ref(handle)  # no cycle through the handle's cache of answers
-        except TypeError:  # a context that takes no weak reference (a stand-in): held as is
-            owner = lambda: handle  # noqa: E731
-
-        def build() -> Program:
-            made = owner()
-            if made is None:
-                raise InternalError(f"solver={solver.name}: its handle is gone; the solution cannot be built")
-            return solver.get_program(made, view, cfg).with_roles(problem.view_roles())
-
-        return Solution.deferred(build, **fields)
-    program = solver.get_program(handle, view, cfg).with_roles(problem.view_roles())
-    return Solution(program=program, extra=dict(program.notes), **fields)
 
 
 def resolve_solver(handle, problem: Problem, name: str | int) -> Solver:

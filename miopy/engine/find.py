@@ -22,8 +22,10 @@ from miopy.engine.candidates import (
     applicable,
     check_handle,
     check_problem,
+    deferred_solution,
     make_solution,
     resolve_solver,
+    solution_with,
     stored_config,
 )
 from miopy.errors import BadParm, InternalError, MiopyError
@@ -85,6 +87,9 @@ def _from_find_db(handle, problem: Problem) -> list[Solution] | None:
     records = handle.find_db.load(problem.key(), primitive=problem.primitive)
     if not records:
         return None
+    planned = _from_find_plan(handle, problem, records)
+    if planned is not None:
+        return planned
     view = problem.solver_view()
     out = []
     for rec in records:
@@ -114,9 +119,14 @@ def _from_package(handle, problem: Problem, key: str, invoker_key: str) -> list[
     or anything in it no longer holds (then every solver is asked, as without a package)."""
     if config.find_only_solvers() is not None:
         return None  # the record was chosen among every solver
-    candidates = handle.package_choices.get(problem.primitive, key, invoker_key)
+    choices = handle.package_choices
+    candidates = choices.get(problem.primitive, key, invoker_key)
     if candidates is None:
         return None
+    if len(candidates) == 1:
+        planned = _from_plan(handle, problem, key, invoker_key, candidates[0])
+        if planned is not None:
+            return planned
     view = problem.solver_view()
     for cand in candidates:
         solver = by_name(cand.solver, problem.primitive)
@@ -146,6 +156,54 @@ def _from_package(handle, problem: Problem, key: str, invoker_key: str) -> list[
         handle.package_choices.used += 1
         return [solution]
     return None
+
+
+def _from_plan(handle, problem: Problem, key: str, invoker_key: str, cand) -> list[Solution] | None:
+    """The package's chosen solution with its program as the package carries it, when the package
+    passed its whole-package check (miopy.db.package_choices: this device, miopy version, compiler
+    and sources; its records intact): the solver is not asked again. None when there is no such
+    program or the user perf DB holds another configuration for the solver (a tuned record wins;
+    the checked path then builds it)."""
+    choices = handle.package_choices
+    program = choices.plan(problem.primitive, key, invoker_key)
+    if program is None:
+        return None
+    solver = by_name(cand.solver, problem.primitive)
+    if solver is None or solver.name != cand.solver or solver.tunable != (cand.config is not None):
+        return None
+    cfg = None
+    if solver.tunable:
+        stored = handle.perf_db.load(problem.solver_view().key(), solver.name, primitive=problem.primitive)
+        if stored is not None and stored != cand.config:
+            return None
+        cfg = dict(cand.config)
+    choices.used += 1
+    choices.planned += 1
+    return [solution_with(problem, solver, cfg, program)]
+
+
+def _from_find_plan(handle, problem: Problem, records: list[FindRecord]) -> list[Solution] | None:
+    """The find DB's ranked list as the package made it from the same records on the build target
+    (a trusted package: miopy.db.package_choices), its first solution's program from the package
+    and the others made at their first use, no solver asked now; None without such a row, when
+    the find DB answers other records here, or when a listed solver is unknown."""
+    if config.find_only_solvers() is not None:
+        return None
+    choices = handle.package_choices
+    found = choices.plan(problem.primitive, problem.key(), problem.invoker_key(), records)
+    if found is None:
+        return None
+    program, listed = found
+    solvers = [by_name(name, problem.primitive) for name, _, _ in listed]
+    if any(s is None or s.name != name for s, (name, _, _) in zip(solvers, listed)):
+        return None
+    if any(s.tunable != (cfg is not None) for s, (_, cfg, _) in zip(solvers, listed)):
+        return None
+    (_, cfg, time_ms), rest = listed[0], listed[1:]
+    out = [solution_with(problem, solvers[0], cfg, program, time_ms)]
+    out += [deferred_solution(handle, problem, s, c, t) for s, (_, c, t) in zip(solvers[1:], rest)]
+    choices.planned += 1
+    return out
 
 
 def _immediate(handle, problem: Problem) -> list[Solution]:

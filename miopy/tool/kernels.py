@@ -20,14 +20,14 @@ from typing import Any, TextIO
 
 from miopy import config, log
 from miopy.backends import cuda_warm
-from miopy.db import kernel_cache, package_choices, trust
+from miopy.db import kernel_cache, package_choices, package_plans, trust
 from miopy.db.package_choices import Candidate
 from miopy.db.system_files import exact_kdbs, nearest_kdb
 from miopy.engine.candidates import allowed, applicable, make_solution
 from miopy.errors import MiopyError
 from miopy.problem.base import Problem
 from miopy.solution import KernelSpec, Solution
-from miopy.solvers import solvers_for
+from miopy.solvers import by_name, solvers_for
 from miopy.tool import launch_state, wheel
 from miopy.tool.common import ToolError, human_size, progress
 from miopy.tool.target import TargetContext
@@ -81,13 +81,18 @@ def library_kernels(ctx: TargetContext, workload: Workload) -> list[KernelSpec]:
 
 
 def choice(
-    ctx: TargetContext, problem: Problem, library: list[dict[str, Any]] | None = None
+    ctx: TargetContext,
+    problem: Problem,
+    library: list[dict[str, Any]] | None = None,
+    plans: list[str] | None = None,
 ) -> list[Candidate] | None:
     """Immediate mode's candidates for ``problem`` on the target, in its order (applicable solvers
     in registry order, those that defer last), up to the first one known to apply: solvers
     whose applicability the target cannot tell (``Solver.without_library``) stay in the list,
     marked unknown. None when a shipped find record decides instead, or nothing applies.
-    ``library`` gets the descriptions of the chosen solution's vendor-library calls."""
+    ``library`` gets the descriptions of the chosen solution's vendor-library calls; ``plans``
+    the chosen solution's program as data (miopy.db.package_plans) when the record is decided
+    here (no unknown solver before it) and the program can be written."""
     if ctx.find_db.load(problem.key(), primitive=problem.primitive):
         return None
     view = problem.solver_view()
@@ -112,6 +117,11 @@ def choice(
             return None
         cfg = dict(solution.config) if solution.config is not None else None
         out.append(Candidate(solver.name, cfg, True))
+        if plans is not None and len(out) == 1:
+            try:
+                plans.append(package_plans.encode(solution.program))
+            except package_plans.Unplannable as exc:
+                _log.info("%s on %s: no program in the package (%s)", solver.name, problem.key(), exc)
         if library is not None:
             for step in solution.program.steps:
                 described = cuda_warm.describe(step)
@@ -121,18 +131,68 @@ def choice(
     return None
 
 
-def choices(ctx: TargetContext, workload: Workload) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+def find_plan(ctx: TargetContext, problem: Problem) -> tuple[str, str] | None:
+    """For a problem the shipped find DB answers: (the program of immediate mode's first solution
+    as data, the records and the ranked list they give on the target: package_plans.encode_find),
+    the list being what ``miopy.engine.find`` makes of the records (unknown solvers and those that
+    do not apply dropped, each record's configuration). None when the target cannot tell whether
+    a listed solver applies (a vendor library missing), when a configuration would come from the
+    perf DB instead of the record, or when the first program cannot be written."""
+    if config.find_only_solvers() is not None:
+        return None
+    records = ctx.find_db.load(problem.key(), primitive=problem.primitive)
+    if not records:
+        return None
+    view = problem.solver_view()
+    listed: list[tuple[str, dict | None, float]] = []
+    for rec in records:
+        solver = by_name(rec.solver, problem.primitive)
+        if solver is None:
+            continue
+        if solver.applicability(ctx, view, rec.config) is not None:
+            if solver.without_library(ctx, view) is not None:
+                return None
+            continue
+        cfg = rec.config if solver.tunable and solver.is_valid_config(ctx, view, rec.config) else None
+        if solver.tunable and cfg is None:
+            return None
+        listed.append((solver.name, None if cfg is None else dict(cfg), float(rec.time_ms)))
+    if not listed:
+        return None
+    name, cfg, time_ms = listed[0]
+    try:
+        first = make_solution(ctx, problem, by_name(name, problem.primitive), cfg, time_ms=time_ms)
+        return package_plans.encode(first.program), package_plans.encode_find(records, listed)
+    except (MiopyError, package_plans.Unplannable) as exc:
+        _log.info("%s on %s: no program in the package (%s)", name, problem.key(), exc)
+        return None
+
+
+def choices(
+    ctx: TargetContext, workload: Workload
+) -> tuple[list[tuple[str, str, str, str]], list[str], list[tuple[str, str, str, str, str | None]]]:
     """Rows of the package's ``kdb_choice`` table: (primitive, problem key, invoker key,
-    candidates as JSON), one per problem immediate mode would answer without a find record; and
-    the vendor-library calls of the chosen solutions (``kdb_library``: JSON, each once)."""
+    candidates as JSON), one per problem immediate mode would answer without a find record; the
+    vendor-library calls of the chosen solutions (``kdb_library``: JSON, each once); and rows of
+    ``kdb_plan``: (primitive, problem key, invoker key, the chosen solution's program as JSON, and
+    for a problem the shipped find DB answers, the records and list of ``find_plan``)."""
     rows: dict[tuple[str, str, str], str] = {}
+    plans: dict[tuple[str, str, str], tuple[str, str | None]] = {}
     library: list[dict[str, Any]] = []
     for problem in workload.problems:
-        found = choice(ctx, problem, library)
+        made: list[str] = []
+        found = choice(ctx, problem, library, made)
+        key = (problem.primitive, problem.key(), problem.invoker_key())
         if found is not None:
-            rows[(problem.primitive, problem.key(), problem.invoker_key())] = package_choices.encode(found)
+            rows[key] = package_choices.encode(found)
+            if made:
+                plans[key] = (made[0], None)
+        elif key not in plans:
+            planned = find_plan(ctx, problem)
+            if planned is not None:
+                plans[key] = planned
     calls = list(dict.fromkeys(json.dumps(c, sort_keys=True, separators=(",", ":")) for c in library))
-    return [(*k, v) for k, v in rows.items()], calls
+    return [(*k, v) for k, v in rows.items()], calls, [(*k, *v) for k, v in plans.items()]
 
 
 def kernel_specs(found: list[Solution], extra: list[KernelSpec] | None = None) -> list[KernelSpec]:
@@ -148,22 +208,26 @@ def _write_kdb(
     manifest: dict[str, Any],
     chosen: list[tuple] | None = None,
     library: list[str] | None = None,
+    plans: list[tuple] | None = None,
 ) -> None:
-    """A fresh SQLite file in the kernel cache's schema (one file, no WAL) plus the manifest and
-    immediate mode's choices."""
+    """A fresh SQLite file in the kernel cache's schema (one file, no WAL) plus the manifest,
+    immediate mode's choices and the programs of the chosen solutions."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     conn = sqlite3.connect(tmp, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute("CREATE TABLE meta (component TEXT PRIMARY KEY, version INTEGER)")
-        conn.executescript(kernel_cache.SCHEMA + ";" + MANIFEST_TABLE + ";" + package_choices.TABLE)
+        conn.executescript(
+            kernel_cache.SCHEMA + ";" + MANIFEST_TABLE + ";" + package_choices.TABLE + package_plans.TABLE
+        )
         conn.execute("BEGIN")
         conn.execute("INSERT INTO meta VALUES (?, ?)", ("kern_db", kernel_cache.SCHEMA_VERSION))
         for key, binary in entries:
             conn.execute(*kernel_cache.entry_statement(key, binary))
         conn.executemany("INSERT INTO kdb_choice VALUES (?, ?, ?, ?)", chosen or [])
         conn.executemany("INSERT INTO kdb_library VALUES (?)", [(c,) for c in library or []])
+        conn.executemany("INSERT INTO kdb_plan VALUES (?, ?, ?, ?, ?)", plans or [])
         conn.execute(
             "INSERT INTO kdb_manifest VALUES ('manifest', ?)", (json.dumps(manifest, sort_keys=True),)
         )
@@ -192,7 +256,7 @@ def build(
     started = time.time()
     found, skipped = solutions(ctx, workload)
     specs = kernel_specs(found, library_kernels(ctx, workload))
-    chosen, library = choices(ctx, workload)
+    chosen, library, plans = choices(ctx, workload)
     for line in skipped:
         print(f"skipped: {line}", file=err)
     print(
@@ -242,11 +306,15 @@ def build(
         "choices": len(chosen),
         "library_calls": len(library),
         "choice_format": package_choices.FORMAT,
+        "plans": len(plans),
+        "plan_format": package_plans.FORMAT,
+        "records_sha256": package_choices.records_digest(chosen, plans),
+        "code_sha256": package_plans.code_digest(),
         "binary_bytes": sum(len(b) for _, b in built),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 1),
     } | launched
-    _write_kdb(path, built, manifest, chosen, library)
+    _write_kdb(path, built, manifest, chosen, library, plans)
     manifest["file"] = path.name
     manifest["size"] = path.stat().st_size
     manifest["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()

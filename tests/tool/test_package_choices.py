@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from miopy.db import package_choices
+from miopy.db import package_choices, package_plans
 from miopy.engine import find
 from miopy.handle import Handle
 from miopy.problem.conv import ConvProblem
@@ -101,9 +101,11 @@ def test_build_writes_a_record_per_problem(built):
 
 
 def test_fresh_handle_builds_one_solution_per_problem(installed, monkeypatch):
-    """The same solver and configuration as immediate mode without the package, built alone, and
-    it computes the right result."""
-    _, problems = installed
+    """A package without programs (made before they were shipped): each chosen solution is the same
+    solver and configuration as immediate mode's without the package, built alone, and it computes
+    the right result."""
+    path, problems = installed
+    _rewrite(path, "DROP TABLE kdb_plan")
     made = _counting(monkeypatch)
     h = Handle("opencl")
     chosen = [find.get_solutions(h, p) for p in problems]
@@ -292,3 +294,168 @@ def test_workload_lines_of_every_primitive_read_back_what_miopy_logs():
     assert seen == {
         "conv", "pool", "activ", "bnorm", "tensorop", "softmax", "reduce", "lrn", "layernorm", "groupnorm"
     }  # fmt: skip
+
+
+# ---- the chosen solutions' programs (kdb_plan), trusted after one check of the whole package -----
+def _plans(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        return dict(conn.execute("SELECT problem_key, plan FROM kdb_plan").fetchall())
+    finally:
+        conn.close()
+
+
+def test_a_trusted_package_runs_its_programs_without_asking_the_solvers(installed, monkeypatch):
+    """Every chosen solution comes with its program: a fresh handle builds none through its solver,
+    and each is the program the solver makes here (field by field) and computes the right result."""
+    path, problems = installed
+    assert set(_plans(path)) == {p.key() for p in problems}
+    made = _counting(monkeypatch)
+    h = Handle("opencl")
+    chosen = [find.get_solutions(h, p) for p in problems]
+    assert h.package_choices.trusted and made == []
+    assert h.package_choices.planned == h.package_choices.used == len(problems)
+    plain = Handle("opencl")
+    for p, (solution,) in zip(problems, chosen):
+        first = find._immediate_fallback(plain, p)[0]
+        assert (solution.solver, solution.config) == (first.solver, first.config)
+        assert solution.program == first.program
+        assert solution.extra == first.extra and solution.workspace == first.workspace
+        if isinstance(p, ConvProblem):
+            check(h, solution, np.random.default_rng(3))
+    assert h.kernel_cache.misses == 0
+
+
+@pytest.mark.parametrize("what", ["a program", "a choice", "the sources"])
+def test_a_changed_package_is_checked_record_by_record(installed, monkeypatch, what):
+    """A program or a choice changed after the build (the records' digest no longer matches), or
+    miopy sources that differ from the build's: no program is used, each choice is checked as
+    before, and the results are right."""
+    path, problems = installed
+    conv = problems[0]
+    if what == "a program":
+        text = json.loads(_plans(path)[conv.key()])
+        text["workspace"] += 4
+        _rewrite(path, "UPDATE kdb_plan SET plan = ? WHERE problem_key = ?", json.dumps(text), conv.key())
+    elif what == "a choice":
+        row = package_choices.decode(_rows(path)[problems[2].key()])
+        row = [{"solver": c.solver, "config": c.config, "known": c.known} for c in row]
+        text = json.dumps(row, separators=(",", " : "))  # the same choice, written otherwise
+        _rewrite(path, "UPDATE kdb_choice SET candidates = ? WHERE problem_key = ?", text, problems[2].key())
+    else:
+        monkeypatch.setattr(package_plans, "_code", ["0" * 64])
+    made = _counting(monkeypatch)
+    h = Handle("opencl")
+    chosen = [find.get_solutions(h, p) for p in problems]
+    assert not h.package_choices.trusted and h.package_choices.planned == 0
+    assert h.package_choices.used == len(problems) and len(made) == len(problems)
+    check(h, chosen[0][0], np.random.default_rng(4))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda p: p | {"steps": [{"call": "os.system", "args": ["true"]}]},
+        lambda p: p | {"kernels": [k | {"file": "../../etc/passwd"} for k in p["kernels"]]},
+        lambda p: p | {"steps": [s | {"codes": ["object"] * len(s["codes"])} for s in p["steps"]]},
+        lambda p: p | {"steps": [s | {"codes": ["py"], "args": ["__import__('os')"]} for s in p["steps"]]},
+        lambda p: p | {"steps": [s | {"codes": ["int32"], "args": ["1"]} for s in p["steps"]]},
+        lambda p: p | {"steps": [s | {"codes": ["uint32"], "args": [-1]} for s in p["steps"]]},
+        lambda p: p | {"workspace": -1},
+        lambda p: p | {"format": 99},
+    ],
+)
+def test_a_program_is_plain_data(installed, change):
+    """What ``decode`` accepts is exactly what ``encode`` writes: a step naming a function, a path
+    out of the kernel folder, an object type or code, a value of another type than its code or
+    out of its range, a negative size or another format are refused."""
+    path, problems = installed
+    text = _plans(path)[problems[0].key()]
+    assert package_plans.decode(text) is not None
+    assert package_plans.decode(json.dumps(change(json.loads(text)))) is None
+
+
+def test_a_library_call_gets_no_program():
+    """A program calling a library with objects made at run time (cuBLASLt) cannot be written."""
+    from miopy.solution import Call, Program, Tensor
+
+    with pytest.raises(package_plans.Unplannable):
+        package_plans.encode(Program((Call("lt_matmul", (object(), Tensor("x"))),)))
+
+
+ACTIV = "activ -n 1 -c 4 -H 8 -W 8 -m 3 -F 1"  # ReLU forward, the activ line of WORKLOAD
+
+
+@pytest.fixture(scope="module")
+def built_find(tmp_path_factory):
+    """A PoCL package of ACTIV built where the shipped find DB ranks ActivFwdStrided first, then
+    ActivFwdPacked with a configuration of its own (its kernels are WORKLOAD's: PoCL's cache has
+    them). Returns (package, system DB file, problem, the ranked records)."""
+    from miopy import backends
+    from miopy.db.find_db import FindDb, FindRecord
+
+    why = backends.unavailable_reason("opencl")
+    if why is not None:
+        pytest.skip(f"opencl unavailable: {why}")
+    root = tmp_path_factory.mktemp("find-plans")
+    (root / "w.txt").write_text(ACTIV + "\n")
+    (problem,) = workload.problems_from_line(ACTIV)
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("system", "cache", "db", "kdb", "scratch"):
+            (root / name).mkdir(mode=0o700)
+        for name, sub in (
+            ("MIOPY_SYSTEM_DB_PATH", "system"),
+            ("MIOPY_CUSTOM_CACHE_DIR", "cache"),
+            ("MIOPY_USER_DB_PATH", "scratch"),
+            ("MIOPY_KDB_PATH", "kdb"),
+        ):
+            mp.setenv(name, str(root / sub))
+        ctx = target.target("opencl")
+        packed = find.by_name("ActivFwdPacked", "activ")
+        view = problem.solver_view()
+        cfg = next(c for c in packed.search_space(ctx, view) if c != packed.default_config(ctx, view))
+        records = [
+            FindRecord("ActivFwdStrided", 0.0125, 0, "activ"),
+            FindRecord("NoSuchSolver", 0.013, 0, "activ"),  # dropped from the list, here as there
+            FindRecord("ActivFwdPacked", 0.0250, 0, "activ", cfg),
+        ]
+        db = FindDb(ctx.db_basename, "opencl")
+        db.store(problem.key(), records, primitive="activ")
+        db.close()
+        system = root / "system" / f"{ctx.db_basename}.db"
+        shutil.copyfile(root / "scratch" / f"{ctx.db_basename}.opencl.udb", system)
+        mp.setenv("MIOPY_USER_DB_PATH", str(root / "db"))
+        manifest = kernels.build(ctx, workload.load(str(root / "w.txt")), root / "out", launch=False)
+    return Path(manifest["path"]), system, problem, records
+
+
+def test_a_find_db_list_comes_from_the_package(built_find, dirs, monkeypatch):
+    """For a problem the shipped find DB answers, the package carries the list immediate mode makes
+    of those records and the first solution's program: a fresh handle asks no solver, gets the
+    same solutions (solver, configuration, time, program) as without the package, and the first
+    computes ReLU. A user find record for the problem (another answer) is used instead."""
+    path, system, problem, records = built_find
+    shutil.copyfile(path, dirs["kdb"] / path.name)
+    shutil.copyfile(system, dirs["system"] / system.name)
+    (row,) = _plans(dirs["kdb"] / path.name).items()
+    assert row[0] == problem.key()
+    made = _counting(monkeypatch)
+    h = Handle("opencl")
+    got = find.get_solutions(h, problem)
+    assert made == [] and h.package_choices.planned == 1 and h.package_choices.used == 0
+    assert [s.built for s in got] == [True, False]
+    monkeypatch.setattr(package_plans, "_code", ["0" * 64])  # another miopy: the checked path
+    plain = Handle("opencl")
+    want = find.get_solutions(plain, problem)
+    assert not plain.package_choices.trusted and plain.package_choices.planned == 0
+    assert [(s.solver, s.config, s.time_ms) for s in got] == [(s.solver, s.config, s.time_ms) for s in want]
+    assert [s.program for s in got] == [s.program for s in want]
+    x = np.random.default_rng(5).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    y = np.zeros_like(x)
+    got[0].run(h, {"x": x, "y": y})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    # the user's own find (another ranking) wins over the package's list
+    h.find_db.store(problem.key(), [records[2], records[0]], primitive="activ")
+    fresh = Handle("opencl")
+    assert [s.solver for s in find.get_solutions(fresh, problem)] == ["ActivFwdPacked", "ActivFwdStrided"]
+    assert fresh.package_choices.planned == 0

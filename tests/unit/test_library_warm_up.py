@@ -155,7 +155,7 @@ def test_offline_package_lists_the_cublas_calls_of_its_choices():
         pytest.skip("no CUDA headers for NVRTC")
     ctx = target.target("cuda", "sm_90", 132)
     work = workload.load("resnet50", [8])
-    rows, library = kernels.choices(ctx, work)
+    rows, library, _ = kernels.choices(ctx, work)
     assert len(rows) == len(work.problems) and library
     assert len(set(library)) == len(library)
     parsed = [cuda_warm.parse(json.loads(text)) for text in library]
