@@ -187,9 +187,9 @@ def _from_find_plan(handle, problem: Problem, records: list[FindRecord]) -> list
     (a trusted package: miopy.db.package_choices), its first solution's program from the package
     and the others made at their first use, no solver asked now; None without such a row, when
     the find DB answers other records here, or when a listed solver is unknown."""
-    if config.find_only_solvers() is not None:
+    choices = getattr(handle, "package_choices", None)  # a stand-in context may have none
+    if choices is None or config.find_only_solvers() is not None:
         return None
-    choices = handle.package_choices
     found = choices.plan(problem.primitive, problem.key(), problem.invoker_key(), records)
     if found is None:
         return None

@@ -528,7 +528,8 @@ def describe(manifest: dict[str, Any]) -> str:
     size = human_size(manifest.get("size", 0))
     return (
         f"{manifest.get('file', manifest.get('db_basename', '?'))}: "
-        f"{manifest.get('kernels')} kernels, {manifest.get('choices', 0)} immediate-mode choices, {size}, "
+        f"{manifest.get('kernels')} kernels, {manifest.get('choices', 0)} immediate-mode choices, "
+        f"{manifest.get('plans', 0)} programs, {size}, "
         f"{manifest.get('backend')} {manifest.get('arch')} {manifest.get('compute_units')} CUs, "
         f"miopy {manifest.get('miopy_version')}, compiler {manifest.get('fingerprint')}, "
         f"workload {manifest.get('workload')}"
