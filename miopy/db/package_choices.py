@@ -190,7 +190,11 @@ class PackageChoices:
             return f"plan_format: package {manifest.get('plan_format')!r}, here {package_plans.FORMAT!r}"
         if manifest.get("records_sha256") != records_digest(rows, plans):
             return "its choices or programs changed since it was built"
-        if manifest.get("code_sha256") != package_plans.code_digest():
+        try:
+            here = package_plans.code_digest()
+        except OSError as exc:  # a source file unreadable here: nothing to compare with
+            return f"the miopy sources cannot be read ({exc})"
+        if manifest.get("code_sha256") != here:
             return "the miopy sources here differ from those it was built with"
         return None
 

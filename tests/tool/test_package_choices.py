@@ -326,11 +326,11 @@ def test_a_trusted_package_runs_its_programs_without_asking_the_solvers(installe
     assert h.kernel_cache.misses == 0
 
 
-@pytest.mark.parametrize("what", ["a program", "a choice", "the sources"])
+@pytest.mark.parametrize("what", ["a program", "a choice", "the sources", "unreadable sources"])
 def test_a_changed_package_is_checked_record_by_record(installed, monkeypatch, what):
     """A program or a choice changed after the build (the records' digest no longer matches), or
-    miopy sources that differ from the build's: no program is used, each choice is checked as
-    before, and the results are right."""
+    miopy sources that differ from the build's or cannot be read: no program is used, each choice
+    is checked as before, and the results are right."""
     path, problems = installed
     conv = problems[0]
     if what == "a program":
@@ -342,8 +342,14 @@ def test_a_changed_package_is_checked_record_by_record(installed, monkeypatch, w
         row = [{"solver": c.solver, "config": c.config, "known": c.known} for c in row]
         text = json.dumps(row, separators=(",", " : "))  # the same choice, written otherwise
         _rewrite(path, "UPDATE kdb_choice SET candidates = ? WHERE problem_key = ?", text, problems[2].key())
-    else:
+    elif what == "the sources":
         monkeypatch.setattr(package_plans, "_code", ["0" * 64])
+    else:
+
+        def unreadable():
+            raise PermissionError("a source file")
+
+        monkeypatch.setattr(package_plans, "code_digest", unreadable)
     made = _counting(monkeypatch)
     h = Handle("opencl")
     chosen = [find.get_solutions(h, p) for p in problems]
