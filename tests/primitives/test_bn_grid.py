@@ -41,7 +41,9 @@ def test_plan_covers_every_row_once(lens, direction):
     rows = plan.geo.rows
     assert plan.rps % ty == 0 and plan.tiles * plan.tx * plan.vw >= plan.geo.K
     assert plan.blocks <= 132 * plan.minb  # all resident
-    table = (plan.local // 32 if plan.tx < 32 else ty) * plan.tx * plan.vw * 4  # static shared memory
+    # static shared memory: the reduction table, the tile's shifts and coefficients, the sums' table
+    rows_table = plan.local // 32 if plan.tx < 32 else ty
+    table = (rows_table + 4) * plan.tx * plan.vw * 4 + 4 * (plan.local // 32) * 4
     assert plan.shared + 1024 + table <= (232448 + 1024) // plan.minb
     covered = np.zeros(rows, np.int64)
     for r in range(plan.slices):
@@ -69,6 +71,33 @@ def test_not_applicable():
     assert grid_plan(ctx, big, "bn_bwd", BnBwdGridL2.shape).hs == 0
 
 
+# the fastest solver on the H200 (fp16 NHWC, batch 32; benchmarks/norms.py, 2026-11-23)
+FASTEST = {
+    ("T", 64, 56): "BnFwdTrainingGrid",
+    ("T", 128, 28): "BnFwdTrainingFused",
+    ("T", 512, 28): "BnFwdTrainingGrid",
+    ("T", 512, 7): "BnFwdTrainingFused",
+    ("B", 128, 28): "BnBwdGrid",
+    ("B", 256, 14): "BnBwdFused",
+    ("B", 1024, 14): "BnBwdGrid",
+    ("B", 2048, 7): "BnBwdFused",
+}
+
+
+@pytest.mark.parametrize("case", list(FASTEST), ids=lambda c: f"{c[0]}{c[1]}x{c[2]}")
+def test_immediate_mode_puts_the_fastest_first(case):
+    """Without find records, immediate mode lists the applicable solvers in registry order, those
+    that defer last: the grid solvers defer to the one-kernel ones where those won (fused_wins)."""
+    from miopy.solvers import solvers_for
+
+    direction, c, hw = case
+    ctx = support.fake_cuda_ctx()
+    view = _problem((32, c, hw, hw), direction=direction).solver_view()
+    found = [s for s in solvers_for(view) if s.is_applicable(ctx, view) is None]
+    found.sort(key=lambda s: s.defers(ctx, view))
+    assert found[0].name == FASTEST[case], [s.name for s in found]
+
+
 # ---- on the GPU ------------------------------------------------------------------------------
 _WHY = backends.unavailable_reason("cuda")
 gpu = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")]
@@ -88,7 +117,17 @@ def _run(handle, problem, solver, rng, offset=0.0, misalign=False, tol=None):
     run_solver(handle, problem, solver, rng, offset, tol, misalign)
 
 
+def _variant(base, defines: dict):
+    """``base`` with kernel defines of its own (the code paths the defaults leave out)."""
+    name = base.name + "_" + "_".join(f"{k}{v}" for k, v in defines.items())
+    return type(name, (base,), {"name": name, "defines": defines})()
+
+
+# the defaults, and the zeroed counter, sleeping polls, a warp per channel's sums and plain loads
+# into shared memory (BNG_DRV / BNG_SLEEP / BNG_GS / BNG_ASYNC off)
+OLD_PATHS = {"BNG_DRV": 0, "BNG_SLEEP": 32, "BNG_GS": 32, "BNG_ASYNC": 0}
 SOLVERS = [BnFwdTrainingGrid(), BnBwdGrid(), BnBwdGridL2()]
+SOLVERS += [_variant(BnFwdTrainingGrid, OLD_PATHS), _variant(BnBwdGrid, OLD_PATHS)]
 
 
 @pytest.mark.parametrize("solver", SOLVERS, ids=[s.name for s in SOLVERS])

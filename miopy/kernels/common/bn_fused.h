@@ -137,19 +137,45 @@ DEVICE_FN float bnf_remote(u32 addr, u32 rank)
 DEVICE_FN u32 bnf_rank() { return 0u; }
 #endif
 
-/* ---- a key's coefficients from its sums (bn_finalize's arithmetic); `writer` stores the
-   statistics. t: s1, s2 (, g1, g2); returns a, b, d of y / dx = ... (see the file's text) ---- */
-DEVICE_FN void bnf_coefs(const float* t, float n, float shift, int k, int writer, const param_t* scale,
-                         const param_t* bias, param_t* s_a, param_t* s_b, param_t* s_c, param_t* s_d, int flags,
-                         float eps, float factor, float* a, float* b, float* d)
+/* ---- the per-key parameters the coefficients need (loaded apart, so that a caller can have them
+   in flight while it waits): scale, bias (forward), and the running statistics (forward, read by
+   the writer) or the saved ones (backward, F_SAVED) ---- */
+typedef struct
+{
+    float sc, bi, ra, rb;
+} bnf_pv;
+
+DEVICE_FN bnf_pv bnf_params(int k, int writer, const param_t* scale, const param_t* bias, const param_t* s_a,
+                            const param_t* s_b, int flags)
+{
+    bnf_pv p;
+    p.sc = PLOAD(scale, k);
+#if !BN_BWD
+    p.bi = PLOAD(bias, k);
+    const int rd = writer && (flags & F_RUNNING);
+#else
+    (void)bias, (void)writer;
+    p.bi = 0.0f;
+    const int rd = flags & F_SAVED;
+#endif
+    p.ra = rd ? PLOAD(s_a, k) : 0.0f;
+    p.rb = rd ? PLOAD(s_b, k) : 0.0f;
+    return p;
+}
+
+/* ---- a key's coefficients from its sums (bn_finalize's arithmetic) and parameters `pv`; `writer`
+   stores the statistics. t: s1, s2 (, g1, g2); returns a, b, d of y / dx = ... (see the file's
+   text) ---- */
+DEVICE_FN void bnf_coefs_p(const float* t, float n, float shift, int k, int writer, bnf_pv pv, param_t* s_a,
+                           param_t* s_b, param_t* s_c, param_t* s_d, int flags, float eps, float factor, float* a,
+                           float* b, float* d)
 {
     float m1 = t[0] / n;
     float var = t[1] / n - m1 * m1;
     var = var > 0.0f ? var : 0.0f;
     float inv = NORM_RSQRT(var + eps);
-    const float sc = PLOAD(scale, k);
+    const float sc = pv.sc;
 #if !BN_BWD
-    (void)bias;
     if(writer)
     {
         if(flags & F_SAVE)
@@ -160,19 +186,19 @@ DEVICE_FN void bnf_coefs(const float* t, float n, float shift, int k, int writer
         if(flags & F_RUNNING)
         {
             const float unbiased = n > 1.0f ? var * n / (n - 1.0f) : var;
-            PSTORE(s_a, k, (1.0f - factor) * PLOAD(s_a, k) + factor * (shift + m1));
-            PSTORE(s_b, k, (1.0f - factor) * PLOAD(s_b, k) + factor * unbiased);
+            PSTORE(s_a, k, (1.0f - factor) * pv.ra + factor * (shift + m1));
+            PSTORE(s_b, k, (1.0f - factor) * pv.rb + factor * unbiased);
         }
     }
     *a = sc * inv;
     *b = 0.0f;
-    *d = PLOAD(bias, k) - m1 * *a;
+    *d = pv.bi - m1 * *a;
 #else
-    (void)bias, (void)eps, (void)factor;
+    (void)s_a, (void)s_b, (void)eps, (void)factor;
     if(flags & F_SAVED)
     {
-        m1 = PLOAD(s_a, k) - shift;
-        inv = PLOAD(s_b, k);
+        m1 = pv.ra - shift;
+        inv = pv.rb;
     }
     const float g1 = t[2], gx = t[3] - m1 * t[2]; /* sum(dy), sum(dy * (x - mean)) */
     const float dscale = inv * gx;
@@ -187,6 +213,15 @@ DEVICE_FN void bnf_coefs(const float* t, float n, float shift, int k, int writer
     *b = c4;
     *d = -alpha * g1 / n - m1 * c4;
 #endif
+}
+
+/* bnf_coefs_p with the parameters loaded here */
+DEVICE_FN void bnf_coefs(const float* t, float n, float shift, int k, int writer, const param_t* scale,
+                         const param_t* bias, param_t* s_a, param_t* s_b, param_t* s_c, param_t* s_d, int flags,
+                         float eps, float factor, float* a, float* b, float* d)
+{
+    const bnf_pv pv = bnf_params(k, writer, scale, bias, s_a, s_b, flags);
+    bnf_coefs_p(t, n, shift, k, writer, pv, s_a, s_b, s_c, s_d, flags, eps, factor, a, b, d);
 }
 
 DEVICE_FN float bnf_warp_sum(float v, int width)
@@ -369,6 +404,7 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
     __shared__ float part[BNF_NS][BNF_CW];
     __shared__ float tot[BNF_NS][BNF_CW];
     __shared__ float coef[3][BNF_CW];
+    __shared__ float shs[BNF_CW]; /* the channels' shifts */
     const int tid = (int)threadIdx.x;
     const int tx = tid % BNF_TX, ty = tid / BNF_TX;
     const int rank = (int)bnf_rank();
@@ -381,10 +417,6 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
     const int va = NORM_VW > 1 && ALIGNED16(x) && ALIGNED16(out);
     (void)dy;
 #endif
-    float shift[NORM_VW];
-    UNROLL
-    for(int e = 0; e < NORM_VW; ++e)
-        shift[e] = live ? LOAD(x, col + e) : 0.0f;
     bnf_v xv[BNF_FR];
 #if BN_BWD
     bnf_v gv[BNF_FR];
@@ -406,6 +438,15 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
 #endif
         }
     }
+    /* the shifts (x's first row): one load per channel and work-group, not one per work item (a
+       hot spot of those few L2 lines) */
+    for(int c = tid; c < BNF_CW; c += BNF_BT)
+        shs[c] = c0 + c < K ? LOAD(x, c0 + c) : 0.0f;
+    __syncthreads();
+    float shift[NORM_VW];
+    UNROLL
+    for(int e = 0; e < NORM_VW; ++e)
+        shift[e] = shs[tx * NORM_VW + e];
     float acc[BNF_NS][NORM_VW];
     UNROLL
     for(int s = 0; s < BNF_NS; ++s)
@@ -485,8 +526,8 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
             t[s] = tot[s][c];
         float a = 0.0f, b = 0.0f, d = 0.0f;
         if(c0 + c < K)
-            bnf_coefs(t, (float)rows, LOAD(x, c0 + c), c0 + c, rank == 0, scale, bias, s_a, s_b, s_c, s_d, flags,
-                      eps, factor, &a, &b, &d);
+            bnf_coefs(t, (float)rows, shs[c], c0 + c, rank == 0, scale, bias, s_a, s_b, s_c, s_d, flags, eps,
+                      factor, &a, &b, &d);
         coef[0][c] = a;
         coef[1][c] = b;
         coef[2][c] = d;
@@ -496,6 +537,7 @@ KERNEL void __launch_bounds__(BNF_BT) BNF_CLUSTER_DIMS
     UNROLL
     for(int e = 0; e < NORM_VW; ++e)
     {
+        shift[e] = shs[tx * NORM_VW + e]; /* again: no register kept through the reduction */
         ca[e] = coef[0][tx * NORM_VW + e];
         cb[e] = coef[1][tx * NORM_VW + e];
         cd[e] = coef[2][tx * NORM_VW + e];

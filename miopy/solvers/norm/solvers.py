@@ -45,17 +45,20 @@ def _make(primitive: str, name: str, ident: int, kind: str, packed: bool) -> _No
     return cls()
 
 
+# the persistent-grid solvers first: they defer to the one-kernel ones where those are faster
+# (bn_grid.fused_wins: a single wave of work-groups, dy held), and beat the packed ones everywhere
+# they apply (H200, 2026-11-23)
 BNORM_SOLVERS = [
-    BnFwdTrainingFused(),
     BnFwdTrainingGrid(),
+    BnFwdTrainingFused(),
     _make("bnorm", "BnFwdTrainingPacked", 400, "bn_train", True),
     _make("bnorm", "BnFwdTrainingStrided", 401, "bn_train", False),
     BnFwdInferenceFlat(),
     _make("bnorm", "BnFwdInferencePacked", 402, "bn_infer", True),
     _make("bnorm", "BnFwdInferenceStrided", 403, "bn_infer", False),
-    BnBwdFused(),
     BnBwdGrid(),
     BnBwdGridL2(),
+    BnBwdFused(),
     _make("bnorm", "BnBwdPacked", 404, "bn_bwd", True),
     _make("bnorm", "BnBwdStrided", 405, "bn_bwd", False),
 ]
