@@ -47,6 +47,7 @@ def test_softmax_rows_warp(cuda, dtype, length):
     """The register-held rows of SoftmaxRowsWarp (teams of 4-32, masked chunks), with alpha / beta,
     log, large inputs and rows whose first half is -inf (attention masks)."""
     from miopy.reference.common import store_logical
+    from miopy.solvers.softmax.direct import WARP_MOST_PER_BWD, warp_shape
 
     desc = TensorDesc(dtype, (301, length, 1, 1))
     rng = np.random.default_rng(length)
@@ -54,6 +55,11 @@ def test_softmax_rows_warp(cuda, dtype, length):
         p = SoftmaxProblem.create(desc, "F", algo, "channel", alpha, beta)
         ran = run_all(cuda, p, sref, BASE[p.dtype] * 2, rng=rng)
         assert "SoftmaxRowsWarp" in ran or (dtype == "fp32" and length == 2048), ran
+    for algo, alpha, beta in (("accurate", 1.0, 0.0), ("log", 0.75, 0.25)):  # backward: y, dy held
+        p = SoftmaxProblem.create(desc, "B", algo, "channel", alpha, beta)
+        ran = run_all(cuda, p, sref, BASE[p.dtype] * 2, rng=rng)
+        fits = warp_shape(length, 16 // p.dtype.itemsize)[1] <= WARP_MOST_PER_BWD
+        assert ("SoftmaxRowsWarp" in ran) == fits, ran
     p = SoftmaxProblem.create(desc, "F", "accurate", "channel")
     for low, high, masked in ((-5.0, 5.0, True), (1000.0, 1010.0, False)):
         x = rng.uniform(low, high, desc.lens)
@@ -122,6 +128,31 @@ def test_reductions(cuda, dtype):
             ran = run_all(cuda, p, rref, reduce_tolerance(p), rng=np.random.default_rng(2))
             if dtype != "fp64" and dims in ((2, 3), (0, 2, 3)):
                 assert {"ReduceRowsVec", "ReduceColumnsVec"} & set(ran), ran
+
+
+@pytest.mark.parametrize("nanprop", [False, True])
+def test_column_compare_values_only(cuda, nanprop):
+    """ReduceColumnsVec without indices (values alone: RED_VALUES_OP): min / max / amax over N, H, W
+    of NHWC data with scattered NaNs and a channel of only NaNs, ties and infinities."""
+    from miopy.engine.candidates import make_solution
+    from miopy.reference.common import store_logical
+    from miopy.solvers import by_name
+
+    for dtype in ("fp16", "fp32"):
+        x = TensorDesc(dtype, (5, 64, 13, 11), layout="NHWC")
+        rng = np.random.default_rng(12)
+        values = np.round(rng.uniform(-4, 4, x.lens))  # many ties
+        values[0, 1, 2, 3] = values[4, 1, 0, 0] = np.nan
+        values[:, 7] = np.nan
+        values[2, 9, 1, 1], values[3, 10, 2, 2] = np.inf, -np.inf
+        for op in ("max", "min", "amax"):
+            p = ReduceProblem(op, x, (0, 2, 3), False, nanprop)
+            bufs = {"x": store_logical(values, x), "y": store_logical(np.full(p.y.lens, np.nan), p.y)}
+            want = rref.reference(p, {r: b.copy() for r, b in bufs.items()})["y"]
+            want = np.asarray(want, np.float64).ravel()
+            got = {r: b.copy() for r, b in bufs.items()}
+            make_solution(cuda, p, by_name("ReduceColumnsVec", "reduce")).run(cuda, got)
+            np.testing.assert_array_equal(got["y"].astype(np.float64).ravel(), want, err_msg=f"{dtype} {op}")
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

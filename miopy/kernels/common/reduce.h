@@ -447,6 +447,13 @@ KERNEL void reduce_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
 #if RED_VEC > 1
 #include "common/vec.h"
 #define RED_UNROLL (32 / VEC) /* rows loaded ahead: 32 values */
+#ifndef RED_VALUES_OP
+#define RED_VALUES_OP 0 /* CUDA: min (2), max (3) or amax (4) without positions (see below) */
+#endif
+#if defined(__OPENCL_VERSION__) || MIOPY_DTYPE == 3
+#undef RED_VALUES_OP
+#define RED_VALUES_OP 0
+#endif
 #define RED_FX 8   /* reduce_cols_tree_final: columns per work-group (a 32-byte sector each) */
 #define RED_FY 128 /* and partial rows merged at once */
 
@@ -558,6 +565,16 @@ KERNEL void reduce_cols_vec_partial(const GLOBAL data_t* RESTRICT x, GLOBAL acc_
             comp[e] = (acc_t)0;
             ai[e] = -1;
         }
+#if RED_VALUES_OP
+        /* RED_VALUES_OP (no indices asked; CUDA): the values alone, an fminf / fmaxf an element
+           (they skip NaN, as red_step without nanprop; with nanprop a NaN seen makes the result
+           NaN, as red_step's). The position written is the chunk's first row where an element
+           counted (-1 where none did): the final merge compares the same values as before. */
+        int seen[VEC];
+        UNROLL
+        for(int e = 0; e < VEC; ++e)
+            seen[e] = 0;
+#endif
         for(i64 r = r0; r < r1; r += RED_UNROLL)
         {
             float v[RED_UNROLL][VEC];
@@ -571,13 +588,35 @@ KERNEL void reduce_cols_vec_partial(const GLOBAL data_t* RESTRICT x, GLOBAL acc_
                     for(int e = 0; e < VEC; ++e)
                         v[u][e] = LOAD(x, (r + u) * K + k + e);
             }
+#if RED_VALUES_OP
+            UNROLL
+            for(int u = 0; u < RED_UNROLL; ++u)
+                if(r + u < r1)
+                    UNROLL
+                    for(int e = 0; e < VEC; ++e)
+                    {
+                        const float xv = RED_VALUES_OP == 4 ? fabsf(v[u][e]) : v[u][e];
+                        seen[e] |= xv == xv ? 1 : 2; /* 2: a NaN */
+                        acc[e] = RED_VALUES_OP == 2 ? fminf(acc[e], xv) : fmaxf(acc[e], xv);
+                    }
+#else
             UNROLL
             for(int u = 0; u < RED_UNROLL; ++u)
                 if(r + u < r1)
                     UNROLL
                     for(int e = 0; e < VEC; ++e)
                         red_fold(&acc[e], &comp[e], &ai[e], v[u][e], r + u, op, nanprop);
+#endif
         }
+#if RED_VALUES_OP
+        UNROLL
+        for(int e = 0; e < VEC; ++e)
+        {
+            if(nanprop && (seen[e] & 2))
+                acc[e] = __int_as_float(0x7fc00000);
+            ai[e] = (seen[e] & 1) || (nanprop && (seen[e] & 2)) ? r0 : -1;
+        }
+#endif
         UNROLL
         for(int e = 0; e < VEC; ++e)
         {

@@ -114,3 +114,78 @@ KERNEL void softmax_fwd_warp(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* RES
         }
     }
 }
+
+#ifndef __OPENCL_VERSION__
+/* Softmax backward over the same rows (CUDA): the team holds its row of y and dy in registers,
+   takes dot = sum(y dy) (log: sum(dy)) by shuffles, then writes dx = y (dy - dot) (log:
+   dy - exp(y) dot) from the registers: y and dy read once, dx written once, as softmax_bwd_rows
+   computes it. */
+KERNEL void softmax_bwd_warp(const GLOBAL data_t* RESTRICT y, const GLOBAL data_t* RESTRICT dy,
+                             GLOBAL data_t* RESTRICT dx, i64 rows, int L, int log_mode, float alpha, float beta,
+                             int read_dx)
+{
+    LOCAL float red[SMW_GROUP];
+    const int tid = LOCAL_ID0, lane = tid % SMW_TEAM, team = tid / SMW_TEAM;
+    const int nchunks = L / VEC;
+    const int va = ALIGNED16(y) && ALIGNED16(dy) && ALIGNED16(dx);
+    const i64 nblocks = (rows + SMW_ROWS - 1) / SMW_ROWS;
+    for(i64 blk = GROUP_ID0; blk < nblocks; blk += SMW_NUM_GROUPS0)
+    {
+        const i64 row = blk * SMW_ROWS + team;
+        const int live = row < rows;
+        const i64 base = live ? row * L : 0;
+        float yv[SMW_PER][VEC], gv[SMW_PER][VEC];
+        UNROLL
+        for(int k = 0; k < SMW_PER; ++k)
+        {
+            const int c = lane + k * SMW_TEAM;
+            const i64 off = base + (i64)c * VEC;
+            if(live && c < nchunks && va)
+            {
+                load_vec(y, off, yv[k]);
+                load_vec(dy, off, gv[k]);
+            }
+            else
+                UNROLL
+                for(int j = 0; j < VEC; ++j)
+                {
+                    const int in = live && c < nchunks;
+                    yv[k][j] = in ? LOAD(y, off + j) : 0.0f;
+                    gv[k][j] = in ? LOAD(dy, off + j) : 0.0f;
+                }
+        }
+        float dot = 0.0f;
+        UNROLL
+        for(int k = 0; k < SMW_PER; ++k)
+            UNROLL
+            for(int j = 0; j < VEC; ++j)
+                dot += log_mode ? gv[k][j] : yv[k][j] * gv[k][j]; /* masked slots are 0 */
+        dot = smw_team(dot, 0, red, tid);
+        UNROLL
+        for(int k = 0; k < SMW_PER; ++k)
+        {
+            const int c = lane + k * SMW_TEAM;
+            if(!(live && c < nchunks))
+                continue;
+            const i64 off = base + (i64)c * VEC;
+            float old[VEC];
+            if(read_dx && va)
+                load_vec(dx, off, old);
+            else if(read_dx)
+                for(int j = 0; j < VEC; ++j)
+                    old[j] = LOAD(dx, off + j);
+            UNROLL
+            for(int j = 0; j < VEC; ++j)
+            {
+                const float r = log_mode ? gv[k][j] - F_EXP(yv[k][j]) * dot : yv[k][j] * (gv[k][j] - dot);
+                gv[k][j] = read_dx ? alpha * r + beta * old[j] : alpha * r;
+            }
+            if(va)
+                store_vec(dx, off, gv[k]);
+            else
+                for(int j = 0; j < VEC; ++j)
+                    STORE(dx, off + j, gv[k][j]);
+        }
+    }
+}
+#endif

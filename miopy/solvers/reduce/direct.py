@@ -400,6 +400,9 @@ class ReduceColumnsVec(ReduceColumns):
         vec = _vec(problem)
         pi_off = np.int64(values // 4)
         defines = {"MIOPY_DTYPE": problem.dtype.code, "RED_VEC": vec}
+        if getattr(ctx, "backend_name", None) == "cuda" and problem.op.has_indices and not problem.indices:
+            # the values alone (fminf / fmaxf an element): no positions, no run-time op
+            defines["RED_VALUES_OP"] = int(problem.op)
         g1, l1 = grid_1d(chunks * cols // vec)
         partial = KernelSpec("reduce", "reduce_cols_vec_partial", defines, g1, l1)
         final = KernelSpec(

@@ -101,6 +101,7 @@ class SoftmaxRows(_Softmax):
 
 
 WARP_MOST_PER = 8  # chunks of 16 bytes a work item of SoftmaxRowsWarp holds (SMW_PER)
+WARP_MOST_PER_BWD = 4  # backward: of y and of dy each
 
 
 def warp_shape(length: int, vec: int) -> tuple[int, int]:
@@ -114,7 +115,8 @@ def warp_shape(length: int, vec: int) -> tuple[int, int]:
 class SoftmaxRowsWarp(_Softmax):
     """Forward over contiguous rows of at most 32 x 8 chunks of 16 bytes (kernels/common/
     softmax_warp.h): a team of up to a warp holds its row in registers, takes the maximum, then one
-    exp per element (GPU devices; CPU OpenCL has SoftmaxRows' kernels)."""
+    exp per element (GPU devices; CPU OpenCL has SoftmaxRows' kernels). Backward on CUDA, rows of
+    at most 32 x 4 chunks: y and dy held, the dot product by shuffles, dx from the registers."""
 
     name = "SoftmaxRowsWarp"
     id = 503
@@ -124,8 +126,9 @@ class SoftmaxRowsWarp(_Softmax):
             return "not a softmax"
         if cpu_kernels(ctx):
             return "backend on a CPU device (SoftmaxRows has its kernels)"
-        if problem.direction is not Pass.FORWARD:
-            return "backward (SoftmaxRows)"
+        bwd = problem.direction is not Pass.FORWARD
+        if bwd and getattr(ctx, "backend_name", None) != "cuda":
+            return "backward on a backend other than CUDA (SoftmaxRows)"
         if problem.dtype.itemsize == 8:
             return "fp64 data"
         shape = rows_shape(problem)
@@ -134,7 +137,7 @@ class SoftmaxRowsWarp(_Softmax):
         vec = 16 // problem.dtype.itemsize
         if shape[1] % vec:
             return f"the row length {shape[1]} is not a multiple of {vec}"
-        if warp_shape(shape[1], vec)[1] > WARP_MOST_PER:
+        if warp_shape(shape[1], vec)[1] > (WARP_MOST_PER_BWD if bwd else WARP_MOST_PER):
             return f"rows of {shape[1]} elements do not fit in the registers of a warp"
         return None
 
@@ -143,8 +146,10 @@ class SoftmaxRowsWarp(_Softmax):
         team, per = warp_shape(length, 16 // problem.dtype.itemsize)
         defines = {"MIOPY_DTYPE": problem.dtype.code, "SMW_TEAM": team, "SMW_PER": per}
         groups = min(-(-rows // (GROUP // team)), MAX_GROUPS)
-        spec = KernelSpec("softmax", "softmax_fwd_warp", defines, (groups * GROUP,), (GROUP,))
-        args = (Tensor("x"), Tensor("y"), np.int64(rows), np.int32(length), *_tail(problem))
+        kernel = "softmax_fwd_warp" if problem.direction is Pass.FORWARD else "softmax_bwd_warp"
+        spec = KernelSpec("softmax", kernel, defines, (groups * GROUP,), (GROUP,))
+        roles = (Tensor(r) for r in _roles(problem))
+        args = (*roles, np.int64(rows), np.int32(length), *_tail(problem))
         return Program((Launch(spec, args),))
 
 
