@@ -221,6 +221,7 @@ def test_bwd_applicability_and_geometry():
     assert BWD.defers(CTX, l3)  # the mma.sync solver was faster there
     l12 = make("fp16", (32, 512, 7, 7), (512, 512, 3, 3), "B", pads=(1, 1))
     assert not BWD.defers(CTX, l12) and BWD.default_config(CTX, l12)["split_k"] > 1
+    assert BWD.default_config(CTX, l12)["ws"] == 2  # BWD_DEFAULT_TILES: copy-signalled there
     assert all(BWD.is_valid_config(CTX, l6, c) for c in BWD.search_space(CTX, l6))
 
 
@@ -413,6 +414,25 @@ def test_wgmma_bwd_random_problems(handle, dtype):
                 if BWD.is_valid_config(handle, problem, wg_config(bm, bn, 4, ws=ws)):
                     support.check_solver(handle, BWD, problem, rng, wg_config(bm, bn, 4, ws=ws))
     support.check_solver(handle, BWD, problem, rng, wg_config(128, 128, 4, 3))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_fast_copies(handle):
+    """Backward data's copies of whole one-tap k-tiles (WG_FAST_LOAD: dy's channels a multiple of
+    64), every pipeline (ws 0, 1, 2), split in a cluster and stream-K, on a problem with partial
+    tiles in M and N, padding and dilation."""
+    rng = np.random.default_rng(59)
+    problem = make("bf16", (3, 72, 10, 13), (128, 72, 3, 3), "B", pads=(2, 1), dilations=(2, 1))
+    for config in (
+        wg_config(128, 64, 3),
+        wg_config(192, 64, 4, 2, ws=1),
+        wg_config(128, 128, 4, ws=2),
+        wg_config(64, 256, 3, ws=1),
+        {**wg_config(128, 64, 4, ws=1), "sk": 5},
+    ):
+        assert BWD.is_valid_config(handle, problem, config), config
+        support.check_solver(handle, BWD, problem, rng, config)
 
 
 def test_two_blocks_per_sm_register_bound():

@@ -52,6 +52,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=192 -DWG_BN=64 -DWG_STAGES=5 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DWG_SK=132
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=2 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=3 -DWG_SK=132 -DWG_B_MN=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=3 -DWG_B_MN=1 -DIG_C=40 -DIG_K=72 -DIG_PH=-1 -DIG_PW=-1 -DIG_DH=-1 -DIG_DW=-1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -75,6 +76,17 @@
    consumed it. So no launch leaves a signal behind, and whatever else the workspace held
    matches a block's 64-bit signal with odds of about 2^-64: the flags need no clearing first */
 #define WG_SK 0
+#endif
+#ifndef WG_FAST_LOAD
+/* Backward data where a k-tile is 64 channels of one tap (dy's channels a multiple of 64): the
+   tap and channel block are found once per k-tile, not per copy, and each filter copy's source
+   is a per-thread base plus one offset per k-tile. The producer's loop on the 7x7 ResNet layer
+   (128 x 128, ws 2): 321 -> 170 SASS instructions per k-tile, 164 -> 140 registers; H200, fp16,
+   L2 flushed: 30.7 -> 23.7 us (scripts/bench_wgmma.py, 2026-11-23). Checking the A rows' bounds
+   once per tap too (a mask) was slower in both directions (backward 7x7 25.3 us, forward 28x28
+   22.2 against 20.5), so the A copies keep their per-copy checks, and the forward kernel its
+   general copies. */
+#define WG_FAST_LOAD (WG_B_MN && IG_C % 64 == 0)
 #endif
 #ifndef WG_MINB
 #define WG_MINB 1 /* blocks per SM the registers must allow (__launch_bounds__) */
@@ -130,6 +142,7 @@ static_assert(WG_BM != 192 || WG_WS, "three consumer warpgroups only with the pr
 static_assert(WG_BN == 64 || WG_BN == 128 || WG_BN == 256, "wgmma widths");
 static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
 static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
+static_assert(!WG_FAST_LOAD || (WG_B_MN && IG_C % 64 == 0), "the fast copies: backward data, k-tiles of one tap");
 
 #if IG_CLUSTER
 #define WG_CLUSTER_DIMS __cluster_dims__(1, IG_SPLIT_K, 1) /* a tile's slices */
@@ -231,7 +244,44 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
     decode_rows();
 #endif
 
+#if WG_FAST_LOAD
+    /* B N-major: this thread copies chunk b_ch of rows b_row + i * WG_B_RPI of each k-tile */
+    constexpr int WG_B_RPI = WG_LOADERS / WG_B_RC;
+    const int b_row = tid / WG_B_RC;
+    const int b_ch = tid - b_row * WG_B_RC;
+#endif
     auto load_tile = [&](u32 stage_addr, int t) { /* k-tile kt0 + t */
+#if WG_FAST_LOAD
+        /* k-tile kt0 + t: channels cb .. cb + 63 of tap rs */
+        constexpr int TILES_PER_TAP = IG_C / 64;
+        const int rs = (kt0 + t) / TILES_PER_TAP;
+        const int cb = (kt0 + t - rs * TILES_PER_TAP) * 64;
+        const int r = rs / IG_S;
+        const int s = rs - r * IG_S;
+        const int c = cb + col * 8;
+#pragma unroll
+        for(int i = 0; i < WG_A_ITERS; ++i)
+        {
+            const int ih = a_ih[i] + r * IG_DH;
+            const int iw = a_iw[i] + s * IG_DW;
+            const bool ok = (unsigned)ih < (unsigned)IG_H && (unsigned)iw < (unsigned)IG_W;
+            const data_t* src = x + (ok ? a_img[i] + (ih * IG_W + iw) * IG_C + c : 0);
+            cp_async_16(stage_addr + dst0 + i * (WG_ROW_STEP * 128), src, ok);
+        }
+        /* B N-major: row j of the k-tile is filter row (k = cb + j, tap rs), columns n0 .. */
+        {
+            const bool ok = IG_K % WG_BN == 0 || n0 + b_ch * 8 < IG_K;
+            const data_t* src0 = ok ? w + ((i64)((cb + b_row) * (IG_R * IG_S) + rs) * IG_K + n0 + b_ch * 8) : w;
+            const i64 step = ok ? (i64)WG_B_RPI * (IG_R * IG_S) * IG_K : 0;
+#pragma unroll
+            for(int i = 0; i < WG_B_ITERS; ++i)
+            {
+                const int row = b_row + i * WG_B_RPI;
+                const u32 dst = (u32)((b_ch >> 3) * 8192 + row * 128 + (((b_ch & 7) ^ (row & 7)) << 4));
+                cp_async_16(stage_addr + WG_A_BYTES + dst, src0 + i * step, ok);
+            }
+        }
+#else
         const int kk = (kt0 + t) * 64 + col * 8;
         const int rs = kk / IG_C;
         const int c = kk - rs * IG_C;
@@ -274,6 +324,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
             cp_async_16(stage_addr + WG_A_BYTES + dst0 + i * (WG_ROW_STEP * 128), src, ok);
         }
 #endif
+#endif /* WG_FAST_LOAD */
     };
 
     float acc[WG_ACC];

@@ -64,6 +64,11 @@ SEARCH_STAGES = (3, 4, 5, 6)
 # rows leave a quarter of the SMs idle (the 28x28 ResNet layer: 25088 rows). 192 x 64 takes the
 # copy-signalled pipeline (ws 2), which was faster there and slower for the wider tiles (below).
 DEFAULT_TILES = ((256, 128, 0), (192, 128, 1), (128, 128, 1), (192, 64, 2))
+# Backward data's: 128 x 128 with the copy-signalled pipeline (ws 2). With the kernel's fast
+# copies (WG_FAST_LOAD) it was the faster pipeline on the 7x7 ResNet layer (H200, L2 flushed,
+# split 2, 2026-11-23: 25.3 against 27.7 us fp16, 25.2 against 27.5 bf16 with their first
+# version; 23.7 us fp16 with the final one); before them it was the slower (30.4 against 29.0).
+BWD_DEFAULT_TILES = ((256, 128, 0), (192, 128, 1), (128, 128, 2), (192, 64, 2))
 TWO_BLOCK_SMEM = (233_472 - 2 * 1024) // 2  # two blocks' shared memory on an H100/H200 SM (228 KB)
 SK_MAX_WAVES = 3  # stream-K variants in the search space for grids of up to this many waves
 SPLIT_COST = 0.05  # a cluster split's epilogue, as a share of the block's reduction, per slice
@@ -212,6 +217,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
     k_tiles = staticmethod(k_tiles)
     grid_blocks = staticmethod(grid_blocks)
     width_of = staticmethod(lambda problem: problem.w.lens[0])  # the GEMM's columns
+    default_tiles = DEFAULT_TILES
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
         return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
@@ -293,7 +299,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return config
 
     def wave_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
-        """The DEFAULT_TILES block (4 stages) and cluster split with the least modelled time: the
+        """The default_tiles block (4 stages) and cluster split with the least modelled time: the
         waves of resident blocks (blocks_per_sm per SM) times one block's work (bm x bn outputs
         over its share of the k-tiles, SPLIT_COST more per extra slice); each slice keeps
         MIN_SLICE_TILES k-tiles and a split grid stays within one wave. Ties keep the earlier
@@ -317,7 +323,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         kt = self.k_tiles(problem, wg_config(64, 64, 3))
         best: dict[str, Any] | None = None
         best_cost = math.inf
-        for bm, bn, ws in DEFAULT_TILES:
+        for bm, bn, ws in self.default_tiles:
             base = wg_config(bm, bn, 4, ws=ws)
             if not self.is_valid_config(ctx, problem, base):
                 continue
@@ -446,6 +452,7 @@ class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
     k_tiles = staticmethod(bwd_k_tiles)
     grid_blocks = staticmethod(bwd_grid_blocks)
     width_of = staticmethod(lambda problem: problem.x.lens[1])
+    default_tiles = BWD_DEFAULT_TILES
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
         why = nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
