@@ -83,6 +83,21 @@ def test_cpu_forward_kernels(ocl, dtype):
             check_pool(ocl, make_solution(ocl, problem, FWD["direct"]), rng)
 
 
+def _check_backward_cases(ocl, solver, dtype, cases, kinds, rng):
+    """Every (mode, index mode, index type) of ``kinds`` on every (layout, lens, window, stride,
+    pad) of ``cases``, backward, against the reference; the solver refuses a CUDA-like context.
+    Returns the last (desc, lens, layout)."""
+    for mode, index_mode, index_type in kinds:
+        for layout, lens, window, stride, pad in cases:
+            kind = "avg_in" if mode == "avg" and stride[-1] == 3 else mode  # padding counted
+            desc = PoolingDesc(kind, window, stride, pad, index_mode=index_mode, index_type=index_type)
+            problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "B")
+            assert solver.is_applicable(ocl, problem) is None
+            check_pool(ocl, make_solution(ocl, problem, solver), rng)
+    assert solver.is_applicable(CudaLike(), problem).startswith("backend ")
+    return desc, lens, layout
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_cpu_backward_kernels(ocl, dtype):
     """PoolingBwdCpu: pool_bwd_rows_cpu (NCHW rows: stride 1, stride 2 with an odd and an even
@@ -103,14 +118,7 @@ def test_cpu_backward_kernels(ocl, dtype):
         ("NCDHW", (1, 2, 3, 4, 10), (2, 2, 3), (1, 2, 2), (1, 0, 1)),
     ]
     kinds = (("max", "mask", "u8"), ("max", "image", "u32"), ("avg", "mask", "u8"))
-    for mode, index_mode, index_type in kinds:
-        for layout, lens, window, stride, pad in cases:
-            kind = "avg_in" if mode == "avg" and stride[-1] == 3 else mode  # padding counted
-            desc = PoolingDesc(kind, window, stride, pad, index_mode=index_mode, index_type=index_type)
-            problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "B")
-            assert solver.is_applicable(ocl, problem) is None
-            check_pool(ocl, make_solution(ocl, problem, solver), rng)
-    assert solver.is_applicable(CudaLike(), problem).startswith("backend ")
+    _check_backward_cases(ocl, solver, dtype, cases, kinds, rng)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
@@ -131,14 +139,9 @@ def test_cpu_scatter_backward(ocl, dtype, monkeypatch):
         ("NDHWC", (1, 9, 3, 4, 5), (2, 2, 3), (1, 2, 2), (1, 0, 1)),
     ]
     kinds = (("max", "mask", "u8"), ("max", "image", "u32"), ("max", "mask", "u16"), ("avg", "mask", "u8"))
-    for mode, index_mode, index_type in kinds[:1] if dtype == "bf16" else kinds:
-        for layout, lens, window, stride, pad in cases:
-            kind = "avg_in" if mode == "avg" and stride[-1] == 3 else mode  # padding counted
-            desc = PoolingDesc(kind, window, stride, pad, index_mode=index_mode, index_type=index_type)
-            problem = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "B")
-            assert solver.is_applicable(ocl, problem) is None
-            check_pool(ocl, make_solution(ocl, problem, solver), rng)
-    assert solver.is_applicable(CudaLike(), problem).startswith("backend ")
+    desc, lens, layout = _check_backward_cases(
+        ocl, solver, dtype, cases, kinds[:1] if dtype == "bf16" else kinds, rng
+    )
     forward = PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), "F")
     assert solver.is_applicable(ocl, forward) == "direction is FORWARD"
     nchw = PoolingProblem.create(PoolingDesc("max", (2, 2), (2, 2)), TensorDesc(dtype, (1, 3, 4, 5)), "B")

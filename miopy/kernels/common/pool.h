@@ -90,27 +90,7 @@ typedef u32 pidx_t;
 typedef i64 pidx_t;
 #endif
 
-#ifdef __OPENCL_VERSION__
-#if POOL_INDEX_TYPE == 0
-typedef uchar idx_t;
-#elif POOL_INDEX_TYPE == 1
-typedef ushort idx_t;
-#elif POOL_INDEX_TYPE == 2
-typedef uint idx_t;
-#else
-typedef ulong idx_t;
-#endif
-#else
-#if POOL_INDEX_TYPE == 0
-typedef unsigned char idx_t;
-#elif POOL_INDEX_TYPE == 1
-typedef unsigned short idx_t;
-#elif POOL_INDEX_TYPE == 2
-typedef unsigned int idx_t;
-#else
-typedef unsigned long long idx_t;
-#endif
-#endif
+#include "common/pool_index.h"
 
 /* index values as read back and compared: 32 bits unless the index type is u64 */
 #if POOL_INDEX_TYPE == 3

@@ -31,15 +31,7 @@
 #if defined(__OPENCL_VERSION__) && MIOPY_DTYPE != 3
 #include "common/cpu_vec.h"
 
-#if POOL_INDEX_TYPE == 0
-typedef uchar idx_t;
-#elif POOL_INDEX_TYPE == 1
-typedef ushort idx_t;
-#elif POOL_INDEX_TYPE == 2
-typedef uint idx_t;
-#else
-typedef ulong idx_t;
-#endif
+#include "common/pool_index.h"
 
 #define PSC_SHAPE_ARGS                                                                                \
     int N, int C, int Di, int Hi, int Wi, int Do, int Ho, int Wo, int kd, int kh, int kw, int sd, int sh, \

@@ -27,6 +27,20 @@ CELL = 16  # POOL_BWD_CELL: dx positions of a channels-last work item (SH x SW)
 ROWS_PER_ITEM = 8  # POOL_BWD_RH
 
 
+def cpu_backward_refusal(ctx, problem) -> str | None:
+    """Why a backward pooling solver for CPU OpenCL devices (float8 kernels) cannot take
+    ``problem`` before its own layout checks, or None."""
+    if not isinstance(problem, PoolingProblem):
+        return "not a pooling"
+    if not cpu_kernels(ctx):
+        return "backend cuda: kernels for CPU OpenCL devices"
+    if problem.direction is not Pass.BACKWARD:
+        return f"direction is {problem.direction.name}"
+    if problem.dtype.itemsize == 8:
+        return "fp64 (the float8 kernels read fp32, fp16 and bf16)"
+    return None
+
+
 def _round8(v: int) -> int:
     return -(-v // 8) * 8
 
@@ -54,14 +68,9 @@ class PoolingBwdCpu(Solver):
     dynamic = True
 
     def is_applicable(self, ctx, problem) -> str | None:
-        if not isinstance(problem, PoolingProblem):
-            return "not a pooling"
-        if not cpu_kernels(ctx):
-            return "backend cuda: kernels for CPU OpenCL devices"
-        if problem.direction is not Pass.BACKWARD:
-            return f"direction is {problem.direction.name}"
-        if problem.dtype.itemsize == 8:
-            return "fp64 (the float8 kernels read fp32, fp16 and bf16)"
+        why = cpu_backward_refusal(ctx, problem)
+        if why is not None:
+            return why
         if _layout(problem) is None:
             return "neither channels nor rows contiguous in dx, dy and the index (or rows too long)"
         return None

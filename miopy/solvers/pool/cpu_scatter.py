@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from miopy.problem.passes import Pass
 from miopy.problem.pooling import IndexMode, PoolingProblem
 from miopy.solution import KernelSpec, Launch, Program, Tensor
 from miopy.solvers.base import Solver
-from miopy.solvers.launch import cpu_grid, cpu_kernels
+from miopy.solvers.launch import cpu_grid
+from miopy.solvers.pool.cpu_bwd import cpu_backward_refusal
 from miopy.solvers.pool.direct import shape_args
 
 BUF = 4096  # PSC_BUF: floats of a work item's private band
@@ -42,14 +42,9 @@ class PoolingBwdScatterCpu(Solver):
     dynamic = True
 
     def is_applicable(self, ctx, problem) -> str | None:
-        if not isinstance(problem, PoolingProblem):
-            return "not a pooling"
-        if not cpu_kernels(ctx):
-            return "backend cuda: kernels for CPU OpenCL devices"
-        if problem.direction is not Pass.BACKWARD:
-            return f"direction is {problem.direction.name}"
-        if problem.dtype.itemsize == 8:
-            return "fp64 (the float8 kernels read fp32, fp16 and bf16)"
+        why = cpu_backward_refusal(ctx, problem)
+        if why is not None:
+            return why
         if not _fits(problem):
             return "dx and dy not channels-contiguous (or rows too long for the band)"
         _, _, di, hi, wi = problem.x.lens5()
