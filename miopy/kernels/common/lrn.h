@@ -513,19 +513,23 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
 /* output row h: its window's rows [h - pad, h - pad + size) put into the ring first, rows outside
    the image as zeros, so that the window sums are the sums of all `size` slots (TERMS_OF_NEXT:
    fill tb with row `next`'s terms); area_h: the window's height before clipping at H + pad */
-#define LRN_WITHIN_OUTPUT_ROW(TERMS_OF_NEXT)                                \
+#define LRN_WITHIN_FILL_RING(TERMS_OF_NEXT, ROW_SUMS, ZERO_ROW)             \
     const float area_h = (float)(min(h - pad + size, H + pad) - (h - pad)); \
     for(; next < h - pad + size; ++next, slot = slot + 1 < size ? slot + 1 : 0) \
     {                                                                       \
         if(next >= 0 && next < H)                                           \
         {                                                                   \
             TERMS_OF_NEXT                                                   \
-            LRN_WITHIN_ROW_SUMS                                             \
+            ROW_SUMS                                                        \
         }                                                                   \
         else                                                                \
-            for(int w0 = 0; w0 < W; w0 += 8)                                \
-                vstore8((float8)(0.0f), 0, ring + slot * Wr + w0);          \
+            ZERO_ROW                                                        \
     }
+#define LRN_WITHIN_ZERO_ROW              \
+    for(int w0 = 0; w0 < W; w0 += 8)     \
+        vstore8((float8)(0.0f), 0, ring + slot * Wr + w0);
+#define LRN_WITHIN_OUTPUT_ROW(TERMS_OF_NEXT) \
+    LRN_WITHIN_FILL_RING(TERMS_OF_NEXT, LRN_WITHIN_ROW_SUMS, LRN_WITHIN_ZERO_ROW)
 
 /* the window sums of columns w0 .. w0 + 7: all slots of the ring */
 DEVICE_FN float8 lrn_ring_sum(const float* ring, int size, int Wr, int w0)
@@ -632,19 +636,12 @@ KERNEL void lrn_bwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, const GLOBA
         ring[slot * W + w] = acc;                                 \
     }
 
-#define LRN_WITHIN_OUTPUT_ROW8(TERMS_OF_NEXT)                               \
-    const float area_h = (float)(min(h - pad + size, H + pad) - (h - pad)); \
-    for(; next < h - pad + size; ++next, slot = slot + 1 < size ? slot + 1 : 0) \
-    {                                                                       \
-        if(next >= 0 && next < H)                                           \
-        {                                                                   \
-            TERMS_OF_NEXT                                                   \
-            LRN_WITHIN_ROW_SUMS8                                            \
-        }                                                                   \
-        else                                                                \
-            for(int w = 0; w < W; ++w)                                      \
-                ring[slot * W + w] = (float8)(0.0f);                        \
-    }
+/* (the ring of float8 columns: one slot row of W vectors) */
+#define LRN_WITHIN_ZERO_ROW8        \
+    for(int w = 0; w < W; ++w)      \
+        ring[slot * W + w] = (float8)(0.0f);
+#define LRN_WITHIN_OUTPUT_ROW8(TERMS_OF_NEXT) \
+    LRN_WITHIN_FILL_RING(TERMS_OF_NEXT, LRN_WITHIN_ROW_SUMS8, LRN_WITHIN_ZERO_ROW8)
 
 DEVICE_FN float8 lrn_ring_sum8(const float8* ring, int size, int W, int w)
 {
