@@ -1,5 +1,6 @@
 """Handle: the backend, its device info, the kernel cache, the DBs and the invoker cache. It
-compiles and runs solutions of any primitive; it knows neither the engine nor the solvers."""
+compiles and runs solutions of any primitive; it knows neither the engine nor the solvers (a
+convolution's alpha / beta is the one thing it hands to the engine: miopy.engine.scaled)."""
 
 from __future__ import annotations
 
@@ -244,7 +245,18 @@ class Handle:
 
         On device arrays the first run records the program's launches as prepared calls (see
         ``miopy.backends.prepared``), cached by the solution, the buffers' addresses, shapes,
-        strides and types, the workspace and the scalars; later runs on them only replay."""
+        strides and types, the workspace and the scalars; later runs on them only replay.
+
+        A convolution takes ``scalars`` "alpha" and "beta" (defaults 1 and 0): the output becomes
+        alpha * result + beta * output (MIOpen's conv alpha / beta; see miopy.engine.scaled)."""
+        if scalars and solution.problem.primitive == "conv":
+            from miopy.engine.scaled import conv_scaling, run_scaled
+
+            alpha, beta = conv_scaling(scalars)
+            if alpha != 1.0 or beta != 0.0:
+                run_scaled(self, solution, tensors, workspace, alpha, beta)
+                return
+            scalars = None  # no conv program reads scalars
         key = None
         if type(tensors) is dict and (scalars is None or type(scalars) is dict):
             # The hit path: one key of the buffers' addresses, shapes, strides and types, one

@@ -258,7 +258,10 @@ class Solution:
         scalars: Mapping[str, float] | None = None,
     ) -> None:
         """Run on ``tensors`` by role (NumPy arrays, device arrays or buffers); NumPy outputs are
-        written back."""
+        written back. ``scalars`` are run-time numbers by name; a convolution takes "alpha" and
+        "beta" (MIOpen's conv scaling, defaults 1 and 0): its output (y forward, x backward data,
+        w backward weights) becomes alpha * result + beta * output, and a non-finite one is a
+        BadParm naming it."""
         run = getattr(handle, "run_solution", None)
         if run is None:
             raise BadParm(f"handle={type(handle).__name__}: expected a miopy Handle")

@@ -6,6 +6,12 @@ Arrays are logical N, C, [D,] H, W whatever their memory order; weights are (K, 
 for a convolution and (C, K/groups, ...) for a transposed one, as in PyTorch. The output is a new
 array of the input's kind, on its device, in its memory order (a channels_last input gives a
 channels_last output).
+
+Every one of them also takes MIOpen's convolution scaling as keywords: ``alpha`` and ``beta``
+(defaults 1 and 0) and ``out``, an existing output array of the right shape, kind and data type
+that is written in place and returned: out = alpha * result + beta * out (the bias, when given,
+is added after). beta != 0 needs ``out``; a non-finite alpha or beta is a BadParm naming it.
+JAX arrays are immutable and cannot be ``out``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from miopy.errors import bad
 from miopy.functional import arrays, core
 from miopy.handle import Handle
 from miopy.problem.conv import ConvDesc, ConvProblem, Direction
+from miopy.problem.keys import finite
 from miopy.tensor import TensorDesc
 
 
@@ -71,6 +78,28 @@ def _out_layout(op: arrays.Operand) -> str:
     return op.layout if op.desc.packed else ("NCDHW" if op.desc.spatial_dims == 3 else "NCHW")
 
 
+def _scaling(alpha: Any, beta: Any, out: Any) -> dict[str, float] | None:
+    """The run-time scalars of alpha / beta (None for the plain 1, 0); beta reads ``out``."""
+    a, b = finite("alpha", alpha), finite("beta", beta)
+    if b != 0.0 and out is None:
+        raise bad("out", None, f"beta={b} blends into the output: give it as out")
+    return None if (a, b) == (1.0, 0.0) else {"alpha": a, "beta": b}
+
+
+def _out_operand(out: Any, like: arrays.Operand) -> arrays.Operand:
+    """The caller's output array, written in place: ``like``'s kind and data type."""
+    op = arrays.operand(out, "out")
+    if op.kind == "jax":
+        raise bad("out", "a JAX array", "JAX arrays are immutable: out cannot be written in place")
+    if op.kind != like.kind or op.desc.dtype != like.desc.dtype:
+        want = f"expected a {like.kind} {like.desc.dtype.value} array"
+        raise bad("out", f"{op.kind} {op.desc.dtype.value}", want)
+    steps = out.stride() if op.kind == "torch" else tuple(v // out.itemsize for v in out.strides)
+    if any(v <= 0 for n, v in zip(out.shape, steps) if n > 1):
+        raise bad("out", f"strides {tuple(steps)}", "expected positive strides (it is written in place)")
+    return op
+
+
 def _run_conv(
     direction: Direction,
     ops: dict[str, arrays.Operand],
@@ -79,10 +108,17 @@ def _run_conv(
     params: tuple,
     handle: Handle | None,
     like: arrays.Operand,
+    alpha: Any = 1.0,
+    beta: Any = 0.0,
+    out: Any = None,
 ) -> Any:
-    """Plan (cached) and run one direction; ``ops`` holds the two inputs, the output is made
-    here in ``like``'s kind and layout."""
-    h = core.handle_for(ops.values(), handle)
+    """Plan (cached) and run one direction; ``ops`` holds the two inputs; the output is made here
+    in ``like``'s kind and layout, or is ``out`` (then out = alpha * result + beta * out)."""
+    scalars = _scaling(alpha, beta, out)
+    given = None if out is None else _out_operand(out, like)
+    if given is not None and out_lens is not None and given.desc.lens != out_lens:
+        raise bad("out", f"array of shape {given.desc.lens}", f"expected shape {out_lens}")
+    h = core.handle_for([*ops.values(), *([given] if given is not None else [])], handle)
     conv = None
 
     def build() -> ConvProblem:
@@ -90,20 +126,32 @@ def _run_conv(
         conv = _conv_desc(params)
         d = {r: op.desc for r, op in ops.items()}
         if out_role == "y":
+            if given is not None:
+                lens = ConvProblem.create(d["x"], d["w"], conv, direction).y.lens
+                if lens != given.desc.lens:
+                    raise bad("out", f"array of shape {given.desc.lens}", f"expected shape {lens}")
+                return ConvProblem.create(d["x"], d["w"], conv, direction, y_strides=given.desc.strides)
             return ConvProblem.create(d["x"], d["w"], conv, direction, y_layout=_out_layout(like))
-        out = TensorDesc(like.desc.dtype, out_lens, layout=_out_layout(like))
-        d[out_role] = out
+        if given is not None:
+            d[out_role] = given.desc
+        else:
+            d[out_role] = TensorDesc(like.desc.dtype, out_lens, layout=_out_layout(like))
         return ConvProblem(d["x"], d["w"], d["y"], conv, direction)
 
     signature = tuple((r, op.signature()) for r, op in sorted(ops.items()))
-    key = ("conv", direction.value, params, out_lens, signature)
+    out_key = None if given is None else given.signature()
+    key = ("conv", direction.value, params, out_lens, signature, out_key)
     made = core.plan(h, key, build)
     desc = made.problem.tensors()[out_role]
-    out = arrays.empty(like, desc.lens, desc.layout if desc.packed else _out_layout(like))
+    if given is not None:
+        result, target = out, given
+    else:
+        result = arrays.empty(like, desc.lens, desc.layout if desc.packed else _out_layout(like))
+        target = arrays.operand(result, out_role)
     tensors = dict(ops)
-    tensors[out_role] = arrays.operand(out, out_role)
-    core.run(h, made, tensors)
-    return out
+    tensors[out_role] = target
+    core.run(h, made, tensors, scalars)
+    return result
 
 
 def _add_bias(y: Any, bias: Any, dims: int) -> Any:
@@ -119,12 +167,12 @@ def _add_bias(y: Any, bias: Any, dims: int) -> Any:
     raise bad("bias", type(bias).__name__, f"bias on a {kind} array is not supported")
 
 
-def _forward(dims, input, weight, bias, params, handle) -> Any:
+def _forward(dims, input, weight, bias, params, handle, alpha=1.0, beta=0.0, out=None) -> Any:
     x = arrays.operand(input, "input")
     w = arrays.operand(weight, "weight")
     _check_dims("input", x, dims)
     _check_dims("weight", w, dims)
-    y = _run_conv(Direction.FORWARD, {"x": x, "w": w}, "y", None, params, handle, x)
+    y = _run_conv(Direction.FORWARD, {"x": x, "w": w}, "y", None, params, handle, x, alpha, beta, out)
     if bias is not None:
         y = _add_bias(y, bias, dims)
     return arrays.finish(x, y)
@@ -140,9 +188,13 @@ def conv2d(
     groups: int = 1,
     *,
     handle: Handle | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """``torch.nn.functional.conv2d`` on NumPy, PyTorch, CuPy or JAX arrays (N, C, H, W)."""
-    return _forward(2, input, weight, bias, _params(2, stride, padding, dilation, groups), handle)
+    params = _params(2, stride, padding, dilation, groups)
+    return _forward(2, input, weight, bias, params, handle, alpha, beta, out)
 
 
 def conv3d(
@@ -155,9 +207,13 @@ def conv3d(
     groups: int = 1,
     *,
     handle: Handle | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """``torch.nn.functional.conv3d`` on NumPy, PyTorch, CuPy or JAX arrays (N, C, D, H, W)."""
-    return _forward(3, input, weight, bias, _params(3, stride, padding, dilation, groups), handle)
+    params = _params(3, stride, padding, dilation, groups)
+    return _forward(3, input, weight, bias, params, handle, alpha, beta, out)
 
 
 def conv_transpose2d(
@@ -171,10 +227,13 @@ def conv_transpose2d(
     dilation=1,
     *,
     handle: Handle | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """``torch.nn.functional.conv_transpose2d``; weight is (C_in, C_out/groups, kH, kW)."""
     params = _params(2, stride, padding, dilation, groups, output_padding, transposed=True)
-    return _forward(2, input, weight, bias, params, handle)
+    return _forward(2, input, weight, bias, params, handle, alpha, beta, out)
 
 
 def conv_transpose3d(
@@ -188,20 +247,25 @@ def conv_transpose3d(
     dilation=1,
     *,
     handle: Handle | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """``torch.nn.functional.conv_transpose3d``; weight is (C_in, C_out/groups, kD, kH, kW)."""
     params = _params(3, stride, padding, dilation, groups, output_padding, transposed=True)
-    return _forward(3, input, weight, bias, params, handle)
+    return _forward(3, input, weight, bias, params, handle, alpha, beta, out)
 
 
-def _grad(direction: Direction, ops: dict, out_role: str, size, conv: tuple, handle, like: str) -> Any:
+def _grad(
+    direction: Direction, ops: dict, out_role: str, size, conv: tuple, handle, like: str, scaling: tuple
+) -> Any:
     """One of the two gradients: ``out_role``'s array of shape ``size`` from the two operands,
     in ``ops[like]``'s kind and memory order; ``conv`` is PyTorch's (stride, padding, dilation,
     groups, output_padding, transposed)."""
     params = _params(ops[like].desc.spatial_dims, *conv)
     lens = tuple(int(n) for n in size)
-    out = _run_conv(direction, ops, out_role, lens, params, handle, ops[like])
-    return arrays.finish(ops[like], out)
+    result = _run_conv(direction, ops, out_role, lens, params, handle, ops[like], *scaling)
+    return arrays.finish(ops[like], result)
 
 
 def conv_input_grad(
@@ -216,13 +280,16 @@ def conv_input_grad(
     transposed: bool = False,
     *,
     handle: Handle | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """The gradient of a (transposed) convolution with respect to its input, shape
     ``input_size`` (``torch.nn.grad.conv2d_input``), by miopy's backward-data solvers. The result
     takes grad_output's kind and memory order."""
     ops = {"w": arrays.operand(weight, "weight"), "y": arrays.operand(grad_output, "grad_output")}
     conv = (stride, padding, dilation, groups, output_padding, transposed)
-    return _grad(Direction.BACKWARD_DATA, ops, "x", input_size, conv, handle, like="y")
+    return _grad(Direction.BACKWARD_DATA, ops, "x", input_size, conv, handle, "y", (alpha, beta, out))
 
 
 def conv_weight_grad(
@@ -237,12 +304,15 @@ def conv_weight_grad(
     transposed: bool = False,
     *,
     handle: Handle | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """The gradient of a (transposed) convolution with respect to its weight, shape
     ``weight_size`` (``torch.nn.grad.conv2d_weight``), by miopy's backward-weights solvers."""
     ops = {"x": arrays.operand(input, "input"), "y": arrays.operand(grad_output, "grad_output")}
     conv = (stride, padding, dilation, groups, output_padding, transposed)
-    return _grad(Direction.BACKWARD_WEIGHTS, ops, "w", weight_size, conv, handle, like="x")
+    return _grad(Direction.BACKWARD_WEIGHTS, ops, "w", weight_size, conv, handle, "x", (alpha, beta, out))
 
 
 __all__ = [

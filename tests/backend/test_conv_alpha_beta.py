@@ -1,0 +1,110 @@
+"""Convolution alpha / beta (out = alpha * conv + beta * out) in every direction against the NumPy
+reference on OpenCL (PoCL in CI): Solution.run's scalars and the functional API's keywords."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import conv_problem, output_of, random_buffers
+
+from miopy.engine.candidates import applicable, make_solution
+from miopy.engine.find import get_solutions
+from miopy.errors import BadParm
+from miopy.reference.conv import conv_reference_buffers, rms_range, store_logical
+from miopy.reference.tolerance import tolerance
+
+SCALINGS = [(1.0, 0.0), (2.0, 0.0), (0.5, 1.5)]
+
+
+def _check_scaled(handle, solution, alpha: float, beta: float, seed: int = 0) -> None:
+    problem = solution.problem
+    rng = np.random.default_rng(seed)
+    bufs = random_buffers(problem, rng)
+    role = problem.output_role
+    desc = problem.tensors()[role]
+    before = rng.uniform(-1, 1, desc.lens).astype(np.float32)
+    bufs[role] = store_logical(before, desc)
+    prior = output_of(problem, bufs).astype(np.float64)  # the stored (rounded) old output
+    expected = alpha * conv_reference_buffers(problem, bufs) + beta * prior
+    scalars = None if (alpha, beta) == (1.0, 0.0) else {"alpha": alpha, "beta": beta}
+    solution.run(handle, bufs, scalars=scalars)
+    got = output_of(problem, bufs)
+    err = rms_range(got, expected)
+    assert err < tolerance(problem), f"{solution.solver} alpha={alpha} beta={beta}: error {err}"
+
+
+@pytest.mark.parametrize("alpha,beta", SCALINGS)
+@pytest.mark.parametrize("direction", "FBW")
+@pytest.mark.parametrize(
+    "dtype,layout", [("fp32", "NCHW"), ("fp32", "NHWC"), ("fp16", "NCHW"), ("fp16", "NHWC")]
+)
+def test_alpha_beta_every_direction(ocl, dtype, layout, direction, alpha, beta):
+    p = conv_problem(dtype, (2, 3, 5, 6), (4, 3, 3, 3), direction, (layout,) * 3, pads=(1, 1), strides=(1, 2))
+    _check_scaled(ocl, get_solutions(ocl, p)[0], alpha, beta)
+
+
+def test_alpha_beta_on_every_applicable_solver(ocl):
+    """The blend wraps whatever the solver writes: each solver that takes a small forward problem."""
+    p = conv_problem("fp32", (1, 4, 5, 5), (4, 4, 1, 1), "F", ("NCHW",) * 3)
+    solvers = applicable(ocl, p)
+    assert solvers
+    for solver in solvers:
+        _check_scaled(ocl, make_solution(ocl, p, solver), 0.5, 1.5, seed=3)
+
+
+def test_bad_alpha_beta_name_the_field(ocl):
+    p = conv_problem("fp32", (1, 2, 4, 4), (2, 2, 3, 3), "F", ("NCHW",) * 3, pads=(1, 1))
+    solution = get_solutions(ocl, p)[0]
+    bufs = random_buffers(p, np.random.default_rng(0))
+    for scalars, field in (({"alpha": float("nan")}, "alpha"), ({"beta": float("inf")}, "beta")):
+        with pytest.raises(BadParm, match=field):
+            solution.run(ocl, bufs, scalars=scalars)
+    with pytest.raises(BadParm, match="alpha"):
+        solution.run(ocl, bufs, scalars={"alpha": "two"})
+
+
+def test_functional_alpha_beta_and_out():
+    from miopy import functional as F
+
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (2, 3, 5, 5)).astype(np.float32)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
+    y = F.conv2d(x, w, padding=1)
+    old = rng.uniform(-1, 1, y.shape).astype(np.float32)
+    out = old.copy()
+    got = F.conv2d(x, w, padding=1, alpha=0.5, beta=1.5, out=out)
+    assert got is out
+    np.testing.assert_allclose(out, 0.5 * y + 1.5 * old, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(F.conv2d(x, w, padding=1, alpha=2.0), 2 * y, rtol=1e-5, atol=1e-5)
+    dy = rng.uniform(-1, 1, y.shape).astype(np.float32)
+    dx = F.conv_input_grad(x.shape, w, dy, padding=1)
+    dx_old = rng.uniform(-1, 1, x.shape).astype(np.float32)
+    dx_out = dx_old.copy()
+    F.conv_input_grad(x.shape, w, dy, padding=1, alpha=2.0, beta=-1.0, out=dx_out)
+    np.testing.assert_allclose(dx_out, 2 * dx - dx_old, rtol=1e-5, atol=1e-5)
+    dw = F.conv_weight_grad(x, w.shape, dy, padding=1)
+    dw_out = np.ones_like(w)
+    F.conv_weight_grad(x, w.shape, dy, padding=1, beta=1.0, out=dw_out)  # gradient accumulation
+    np.testing.assert_allclose(dw_out, dw + 1, rtol=1e-5, atol=1e-5)
+    with pytest.raises(BadParm, match="out"):
+        F.conv2d(x, w, padding=1, beta=1.0)  # beta reads out: it must be given
+    with pytest.raises(BadParm, match="out"):
+        F.conv2d(x, w, padding=1, out=np.zeros((2, 4, 4, 4), np.float32))
+    with pytest.raises(BadParm, match="beta"):
+        F.conv2d(x, w, padding=1, beta=float("nan"), out=out)
+
+
+def test_functional_torch_channels_last_out():
+    torch = pytest.importorskip("torch")
+    from miopy import functional as F
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.rand((2, 3, 6, 6), generator=gen).to(memory_format=torch.channels_last)
+    w = torch.rand((4, 3, 3, 3), generator=gen)
+    b = torch.rand(4, generator=gen)
+    want = torch.nn.functional.conv2d(x, w, b, stride=2, padding=1)
+    out = torch.rand(want.shape, generator=gen).to(memory_format=torch.channels_last)
+    old = out.clone()
+    got = F.conv2d(x, w, b, stride=2, padding=1, alpha=-1.0, beta=0.25, out=out)
+    assert got is out
+    torch.testing.assert_close(out, -(want - b.reshape(1, -1, 1, 1)) + 0.25 * old + b.reshape(1, -1, 1, 1))
