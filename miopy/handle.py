@@ -1,12 +1,12 @@
 """Handle: the backend, its device info, the kernel cache, the DBs and the invoker cache. It
-compiles and runs solutions of any primitive; it knows neither the engine nor the solvers (a
-convolution's alpha / beta is the one thing it hands to the engine: miopy.engine.scaled)."""
+compiles and runs solutions of any primitive; it knows neither the engine nor the solvers."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,15 @@ from miopy.logging_cmd import log_command
 from miopy.solution import InvokeArgs, KernelSpec, Solution
 
 _log = log.get("miopy.handle")
+
+# primitive -> hook(handle, solution, tensors, workspace, scalars) -> ran it (see run_solution)
+_output_scaling: dict[str, Callable[..., bool]] = {}
+
+
+def register_output_scaling(primitive: str, hook: Callable[..., bool]) -> None:
+    """Let ``hook`` run ``primitive``'s solutions given scalars that scale the output (it returns
+    False, having done nothing, for the default scaling)."""
+    _output_scaling[primitive] = hook
 
 
 class Handle:
@@ -247,16 +256,13 @@ class Handle:
         ``miopy.backends.prepared``), cached by the solution, the buffers' addresses, shapes,
         strides and types, the workspace and the scalars; later runs on them only replay.
 
-        A convolution takes ``scalars`` "alpha" and "beta" (defaults 1 and 0): the output becomes
-        alpha * result + beta * output (MIOpen's conv alpha / beta; see miopy.engine.scaled)."""
-        if scalars and solution.problem.primitive == "conv":
-            from miopy.engine.scaled import conv_scaling, run_scaled
-
-            alpha, beta = conv_scaling(scalars)
-            if alpha != 1.0 or beta != 0.0:
-                run_scaled(self, solution, tensors, workspace, alpha, beta)
+        A primitive may scale its output by scalars that no program reads (a convolution's
+        "alpha" and "beta": output = alpha * result + beta * output, see
+        miopy.solvers.conv.scaled): its hook (``register_output_scaling``) runs such a call."""
+        if scalars:
+            scaling = _output_scaling.get(solution.problem.primitive)
+            if scaling is not None and scaling(self, solution, tensors, workspace, scalars):
                 return
-            scalars = None  # no conv program reads scalars
         key = None
         if type(tensors) is dict and (scalars is None or type(scalars) is dict):
             # The hit path: one key of the buffers' addresses, shapes, strides and types, one

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from miopy.solvers.activ import ActivBwdPacked, ActivBwdStrided, ActivFwdPacked, ActivFwdStrided
 from miopy.solvers.base import Solver, TunableSolver
+from miopy.solvers.conv import scaled as _conv_scaled  # noqa: F401  registers conv alpha / beta
 from miopy.solvers.conv.direct_tiled import ConvDirectTiledFwd
 from miopy.solvers.conv.gemm import (
     GemmBwd1x1_stride1,

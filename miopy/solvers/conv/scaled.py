@@ -1,0 +1,97 @@
+"""Convolution alpha / beta (MIOpen's conv scaling): out = alpha * conv(...) + beta * out, for
+every solver of every direction (forward y, backward data dx, backward weights dw).
+
+MIOpen classifies a call's (alpha, beta) as DEFAULT (1, 0), SCALE (beta 0) or BILINEAR. No conv
+solver of miopy reads them: DEFAULT runs the solution as it is (no extra cost), and the others
+wrap it with one elementwise tensor operation (miopy's TensorOp solvers, the packed one where it
+applies), its solution cached per handle:
+
+- SCALE: the solution writes the output, then out = alpha * out in place (TensorOp SCALE);
+- BILINEAR: the solution writes a temporary of the output's descriptor, then
+  out = alpha * tmp + beta * out (TensorOp ADD, b's factor 0: a conv result of inf gives NaN).
+
+The choice of the conv solver does not depend on alpha / beta, so problem keys, the find DB and
+the perf DB are the same for every (alpha, beta). ``Handle.run_solution`` calls ``scale_conv``
+for a conv solution given scalars (registered below, when the solver registry loads).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from miopy.errors import bad
+from miopy.handle import Handle, register_output_scaling
+from miopy.problem.keys import finite
+from miopy.problem.tensorop import TensorOp, TensorOpProblem
+from miopy.solution import Solution
+from miopy.solvers.tensorop.elementwise import TensorOpPacked, TensorOpStrided
+
+_solutions: weakref.WeakKeyDictionary[Handle, dict[TensorOpProblem, Solution]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def conv_scaling(scalars: Mapping[str, Any]) -> tuple[float, float]:
+    """(alpha, beta) of a conv call's scalars (defaults 1 and 0); BadParm naming the field when
+    one is not a finite number."""
+    if not isinstance(scalars, Mapping):
+        raise bad("scalars", type(scalars).__name__, "expected a dict of numbers by name")
+    return finite("alpha", scalars.get("alpha", 1.0)), finite("beta", scalars.get("beta", 0.0))
+
+
+def _tensorop(handle: Handle, problem: TensorOpProblem) -> Solution:
+    """The TensorOp solution of ``problem`` on ``handle`` (packed where it applies), made once."""
+    with _lock:
+        found = _solutions.setdefault(handle, {}).get(problem)
+    if found is not None:
+        return found
+    packed = TensorOpPacked()
+    solver = packed if packed.is_applicable(handle, problem) is None else TensorOpStrided()
+    program = solver.get_program(handle, problem)
+    found = Solution(solver.name, solver.id, solver.algorithm, problem, program, extra=dict(program.notes))
+    with _lock:
+        _solutions[handle][problem] = found
+    return found
+
+
+def run_scaled(
+    handle: Handle, solution: Solution, tensors: dict, workspace: Any, alpha: float, beta: float
+) -> None:
+    """Run the conv ``solution`` with out = alpha * result + beta * out (see the module)."""
+    problem = solution.problem
+    role = problem.output_role
+    desc = problem.tensors()[role]
+    if tensors.get(role) is None:
+        raise bad("tensors", f"missing {role!r}", f"the convolution writes {role}")
+    if beta == 0.0:
+        handle.run_solution(solution, tensors, workspace)
+        scale = TensorOpProblem(TensorOp.SCALE, y=desc, value=alpha)
+        handle.run_solution(_tensorop(handle, scale), {"y": tensors[role]})
+        return
+    backend = handle.backend
+    owner = backend.alloc(desc.nbytes)
+    tmp = backend.wrap(owner)  # a plain buffer of bytes
+    inner = dict(tensors)
+    inner[role] = tmp
+    handle.run_solution(solution, inner, workspace)
+    blend = TensorOpProblem(TensorOp.ADD, a=desc, b=desc, c=desc, alpha1=alpha, alpha2=0.0, beta=beta)
+    handle.run_solution(_tensorop(handle, blend), {"a": tmp, "b": tmp, "c": tensors[role]})
+    del owner  # freed as the handle frees a workspace it allocated for one call
+
+
+def scale_conv(handle: Handle, solution: Solution, tensors: Any, workspace: Any, scalars: Any) -> bool:
+    """``Handle.run_solution``'s hook: True when it ran the call with a non-default scaling."""
+    alpha, beta = conv_scaling(scalars)
+    if alpha == 1.0 and beta == 0.0:
+        return False
+    if not isinstance(tensors, dict):
+        raise bad("tensors", type(tensors).__name__, "expected a dict of arrays by role")
+    run_scaled(handle, solution, tensors, workspace, alpha, beta)
+    return True
+
+
+register_output_scaling("conv", scale_conv)
+
+__all__ = ["conv_scaling", "run_scaled", "scale_conv"]
