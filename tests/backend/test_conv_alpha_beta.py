@@ -63,6 +63,21 @@ def test_bad_alpha_beta_name_the_field(ocl):
         solution.run(ocl, bufs, scalars={"alpha": "two"})
 
 
+def test_an_infinite_result_stays_infinite():
+    """The blend adds b = 0 * 0, never 0 * result: an output of +inf stays +inf (0 * inf is NaN)."""
+    from miopy import functional as F
+
+    x = np.ones((1, 2, 4, 4), np.float32)
+    x[0, 0, 1, 1] = np.inf
+    w = np.ones((3, 2, 3, 3), np.float32)
+    y = F.conv2d(x, w, padding=1)
+    assert np.isposinf(y).sum() == 27 and np.isfinite(y).sum() == 3 * 16 - 27
+    out = np.full(y.shape, 2.0, np.float32)
+    F.conv2d(x, w, padding=1, alpha=0.5, beta=1.5, out=out)
+    np.testing.assert_array_equal(np.isposinf(out), np.isposinf(y))
+    np.testing.assert_allclose(out[np.isfinite(y)], 0.5 * y[np.isfinite(y)] + 3.0, rtol=1e-6)
+
+
 def test_functional_alpha_beta_and_out():
     from miopy import functional as F
 

@@ -8,7 +8,8 @@ applies), its solution cached per handle:
 
 - SCALE: the solution writes the output, then out = alpha * out in place (TensorOp SCALE);
 - BILINEAR: the solution writes a temporary of the output's descriptor, then
-  out = alpha * tmp + beta * out (TensorOp ADD, b's factor 0: a conv result of inf gives NaN).
+  out = alpha * tmp + beta * out (TensorOp ADD whose b is one zero broadcast over the output,
+  its factor 0: 0 * 0 adds nothing, so a conv result of +-inf stays +-inf).
 
 The choice of the conv solver does not depend on alpha / beta, so problem keys, the find DB and
 the perf DB are the same for every (alpha, beta). ``Handle.run_solution`` calls ``scale_conv``
@@ -22,15 +23,33 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from miopy.errors import bad
 from miopy.handle import Handle, register_output_scaling
 from miopy.problem.keys import finite
 from miopy.problem.tensorop import TensorOp, TensorOpProblem
 from miopy.solution import Solution
 from miopy.solvers.tensorop.elementwise import TensorOpPacked, TensorOpStrided
+from miopy.tensor import TensorDesc
 
 _solutions: weakref.WeakKeyDictionary[Handle, dict[TensorOpProblem, Solution]] = weakref.WeakKeyDictionary()
+_zeros: weakref.WeakKeyDictionary[Handle, dict[Any, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
+
+
+def _zero(handle: Handle, desc: TensorDesc) -> tuple[TensorDesc, Any]:
+    """A one-element tensor broadcast over ``desc`` (every length 1) holding 0, and its buffer,
+    made once per handle and data type."""
+    one = TensorDesc(desc.dtype, (1,) * len(desc.lens))
+    with _lock:
+        found = _zeros.setdefault(handle, {}).get(desc.dtype)
+    if found is None:
+        owner = handle.backend.upload(np.zeros(64, dtype=np.uint8))  # 0 in every data type
+        found = (owner, handle.backend.wrap(owner))
+        with _lock:
+            _zeros[handle][desc.dtype] = found
+    return one, found[1]
 
 
 def conv_scaling(scalars: Mapping[str, Any]) -> tuple[float, float]:
@@ -76,8 +95,9 @@ def run_scaled(
     inner = dict(tensors)
     inner[role] = tmp
     handle.run_solution(solution, inner, workspace)
-    blend = TensorOpProblem(TensorOp.ADD, a=desc, b=desc, c=desc, alpha1=alpha, alpha2=0.0, beta=beta)
-    handle.run_solution(_tensorop(handle, blend), {"a": tmp, "b": tmp, "c": tensors[role]})
+    zero_desc, zero = _zero(handle, desc)
+    blend = TensorOpProblem(TensorOp.ADD, a=desc, b=zero_desc, c=desc, alpha1=alpha, alpha2=0.0, beta=beta)
+    handle.run_solution(_tensorop(handle, blend), {"a": tmp, "b": zero, "c": tensors[role]})
     del owner  # freed as the handle frees a workspace it allocated for one call
 
 
