@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from support import conv_problem, output_of, random_buffers
 
+from miopy import backends
 from miopy.engine.candidates import applicable, make_solution
 from miopy.engine.find import get_solutions
 from miopy.errors import BadParm
@@ -123,3 +124,24 @@ def test_functional_torch_channels_last_out():
     got = F.conv2d(x, w, b, stride=2, padding=1, alpha=-1.0, beta=0.25, out=out)
     assert got is out
     torch.testing.assert_close(out, -(want - b.reshape(1, -1, 1, 1)) + 0.25 * old + b.reshape(1, -1, 1, 1))
+
+
+_CUDA_WHY = backends.unavailable_reason("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_CUDA_WHY is not None, reason=f"cuda unavailable: {_CUDA_WHY}")
+@pytest.mark.parametrize("dtype,layout", [("fp32", "NCHW"), ("fp16", "NHWC"), ("bf16", "NHWC")])
+def test_alpha_beta_on_cuda(dtype, layout):
+    """The scale and the blend on CUDA (device buffers, the handle's stream), every direction, on
+    find's first solution and on every solver that takes a small forward problem."""
+    from miopy.handle import Handle
+
+    cuda = Handle("cuda")
+    for direction in "FBW":
+        p = conv_problem(dtype, (2, 8, 6, 6), (8, 8, 3, 3), direction, (layout,) * 3, pads=(1, 1))
+        for alpha, beta in SCALINGS:
+            _check_scaled(cuda, get_solutions(cuda, p)[0], alpha, beta, seed=11)
+    p = conv_problem(dtype, (1, 8, 5, 5), (8, 8, 1, 1), "F", (layout,) * 3)
+    for solver in applicable(cuda, p):
+        _check_scaled(cuda, make_solution(cuda, p, solver), 0.5, 1.5, seed=12)
