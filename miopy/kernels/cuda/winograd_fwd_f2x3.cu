@@ -25,6 +25,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DWF_N=2 -DWF_CI=5 -DWF_HI=7 -DWF_WI=9 -DWF_CO=6 -DWF_HO=5 -DWF_WO=7 -DWF_PH=0 -DWF_PW=0 -DWF_TH=3 -DWF_TW=4 -DWF_T4=24 -DWF_CI4=8 -DWF_CO4=8 -DWF_IN_NHWC=1 -DWF_OUT_NHWC=1 -DWF_FILT_NHWC=1 -DWF_BWD=1
 
 #include "common/miopy_types.h"
+#include "common/winograd_f2x3.h"
 
 #if MIOPY_DTYPE != 0
 #error "the Winograd 3xTF32 kernels are for fp32 (MIOPY_DTYPE 0)"
@@ -85,25 +86,7 @@ KERNEL void wf_in_f2x3(const float* RESTRICT x, i64 x_off, float* RESTRICT v, i6
                                           : (((i64)n * WF_CI + c) * WF_HI + ih) * WF_WI + iw;
                 d[i][j] = ok ? x[x_off + at] : 0.0f;
             }
-        float b[4][4]; /* B^T d */
-#pragma unroll
-        for(int j = 0; j < 4; ++j)
-        {
-            b[0][j] = d[0][j] - d[2][j];
-            b[1][j] = d[1][j] + d[2][j];
-            b[2][j] = d[2][j] - d[1][j];
-            b[3][j] = d[1][j] - d[3][j];
-        }
-        float* out = v + v_off + (i64)c * WF_T4 + t;
-        const i64 plane = (i64)WF_CI4 * WF_T4;
-#pragma unroll
-        for(int i = 0; i < 4; ++i)
-        {
-            out[(i * 4 + 0) * plane] = b[i][0] - b[i][2];
-            out[(i * 4 + 1) * plane] = b[i][1] + b[i][2];
-            out[(i * 4 + 2) * plane] = b[i][2] - b[i][1];
-            out[(i * 4 + 3) * plane] = b[i][1] - b[i][3];
-        }
+        wino_f2x3_store_bt_d_b(d, v + v_off + (i64)c * WF_T4 + t, (i64)WF_CI4 * WF_T4);
     }
 }
 

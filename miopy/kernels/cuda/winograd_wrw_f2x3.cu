@@ -19,6 +19,7 @@
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DWG_N=2 -DWG_C=5 -DWG_H=7 -DWG_W=9 -DWG_K=6 -DWG_P=5 -DWG_Q=7 -DWG_PH=0 -DWG_PW=0 -DWG_TH=3 -DWG_TW=4 -DWG_C4=8 -DWG_K4=8 -DWG_SPLIT=1 -DWG_OUT_NCHW=0
 
 #include "common/miopy_types.h"
+#include "common/winograd_f2x3.h"
 
 #if MIOPY_DTYPE != 0
 #error "the Winograd 3xTF32 kernels are for fp32 (MIOPY_DTYPE 0)"
@@ -64,25 +65,7 @@ KERNEL void wino_in_f2x3(const float* RESTRICT x, i64 x_off, float* RESTRICT v, 
                 const bool ok = c < WG_C && (unsigned)ih < (unsigned)WG_H && (unsigned)iw < (unsigned)WG_W;
                 d[i][j] = ok ? x[x_off + (((i64)n * WG_H + ih) * WG_W + iw) * WG_C + c] : 0.0f;
             }
-        float b[4][4]; /* B^T d */
-#pragma unroll
-        for(int j = 0; j < 4; ++j)
-        {
-            b[0][j] = d[0][j] - d[2][j];
-            b[1][j] = d[1][j] + d[2][j];
-            b[2][j] = d[2][j] - d[1][j];
-            b[3][j] = d[1][j] - d[3][j];
-        }
-        float* out = v + v_off + t * WG_C4 + c;
-        const i64 plane = WG_T * WG_C4;
-#pragma unroll
-        for(int i = 0; i < 4; ++i)
-        {
-            out[(i * 4 + 0) * plane] = b[i][0] - b[i][2];
-            out[(i * 4 + 1) * plane] = b[i][1] + b[i][2];
-            out[(i * 4 + 2) * plane] = b[i][2] - b[i][1];
-            out[(i * 4 + 3) * plane] = b[i][1] - b[i][3];
-        }
+        wino_f2x3_store_bt_d_b(d, v + v_off + t * WG_C4 + c, WG_T * WG_C4);
     }
 }
 
