@@ -195,6 +195,24 @@ DEVICE_FN void st_release_gpu(u64* p, u64 v)
     asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
 }
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never joins). */
+/* the warp-specialized pipelines' barriers, after the ring and the epilogue tile: full[s] (the
+   producer's threads arrive once a stage's copies are in) and empty[s] (every consumer thread
+   arrives once its MMAs reading it are done) */
+DEVICE_FN u32 bars_of(u32 base) { return base + WG_RING_OR_EPI_BYTES; }
+DEVICE_FN u32 wg_init_bars(u32 base, int tid)
+{
+    const u32 bars = bars_of(base);
+    if(tid == 0)
+    {
+        for(int s = 0; s < WG_STAGES; ++s)
+        {
+            mbar_init(bars + 8 * s, WG_LOADERS);
+            mbar_init(bars + 8 * (WG_STAGES + s), IG_THREADS);
+        }
+    }
+    return bars;
+}
+
 DEVICE_FN void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(IG_THREADS) : "memory"); }
 
 KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
@@ -331,6 +349,40 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
 #pragma unroll
     for(int i = 0; i < WG_ACC; ++i)
         acc[i] = 0.0f;
+#if WG_WS
+    /* producer step: the block's g-th k-tile (k-tile t of its tile) into stage `stage` once the
+       consumers freed it; stage g - WG_LAG signalled full once this thread's copies of it have
+       landed (WG_WS 2: the copies of k-tile g signal its stage themselves, no wait here) */
+    auto produce = [&](int& stage, u32& round, int g, int t) {
+        if(g >= WG_STAGES)
+            mbar_wait(bars_of(base) + 8 * (WG_STAGES + stage), (round - 1) & 1);
+        load_tile(base + stage * WG_STAGE_BYTES, t);
+#if WG_WS == 2
+        cp_async_mbar_arrive(bars_of(base) + 8 * stage);
+#else
+        cp_async_commit();
+        if(g >= WG_LAG)
+        {
+            cp_async_wait<WG_LAG>();
+            fence_proxy_async();
+            mbar_arrive(bars_of(base) + 8 * ((g - WG_LAG) % WG_STAGES));
+        }
+#endif
+        if(++stage == WG_STAGES)
+            stage = 0, ++round;
+    };
+    /* after the block's g k-tiles: the last WG_LAG stages signalled full (WG_WS 1) */
+    auto drain = [&](int g) {
+#if WG_WS != 2
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for(int t = g > WG_LAG ? g - WG_LAG : 0; t < g; ++t)
+            mbar_arrive(bars_of(base) + 8 * (t % WG_STAGES));
+#else
+        (void)g;
+#endif
+    };
+#endif
 #if WG_SK
     /* ---- stream-K: this block's run [u_begin, u_end) of the (tile, k-tile) steps, as
        segments of one tile each: the first may start inside a tile (its partial sum goes to the
@@ -339,15 +391,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
        partials of the blocks after it that cover the rest of the tile (each such block's first
        segment), then stores. Waits are only on later blocks' first segments, which wait on
        nothing: no deadlock while the grid fits the device (WG_SK <= resident blocks). ---- */
-    const u32 bars = base + WG_RING_OR_EPI_BYTES;
-    if(tid == 0)
-    {
-        for(int s = 0; s < WG_STAGES; ++s)
-        {
-            mbar_init(bars + 8 * s, WG_LOADERS);
-            mbar_init(bars + 8 * (WG_STAGES + s), IG_THREADS);
-        }
-    }
+    const u32 bars = wg_init_bars(base, tid);
     __syncthreads();
     auto first_unit = [](int b) -> long long { return (long long)b * WG_UNITS / WG_SK; };
     const long long u_begin = first_unit(bid);
@@ -372,31 +416,9 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
             segment(u);
             decode_rows();
             for(int t = 0; t < nkt; ++t, ++g)
-            {
-                if(g >= WG_STAGES)
-                    mbar_wait(bars + 8 * (WG_STAGES + stage), (round - 1) & 1);
-                load_tile(base + stage * WG_STAGE_BYTES, t);
-#if WG_WS == 2
-                cp_async_mbar_arrive(bars + 8 * stage);
-#else
-                cp_async_commit();
-                if(g >= WG_LAG)
-                {
-                    cp_async_wait<WG_LAG>();
-                    fence_proxy_async();
-                    mbar_arrive(bars + 8 * ((g - WG_LAG) % WG_STAGES));
-                }
-#endif
-                if(++stage == WG_STAGES)
-                    stage = 0, ++round;
-            }
+                produce(stage, round, g, t);
         }
-#if WG_WS != 2
-        cp_async_wait<0>();
-        fence_proxy_async();
-        for(int t = g > WG_LAG ? g - WG_LAG : 0; t < g; ++t)
-            mbar_arrive(bars + 8 * (t % WG_STAGES));
-#endif
+        drain(g);
     }
     else
     {
@@ -519,15 +541,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
     /* ---- warp-specialized: full[s] (the producer's 128 threads arrive once a stage's copies
        are in) and empty[s] (every consumer thread arrives once its MMAs reading it are done)
        after the ring and the epilogue tile ---- */
-    const u32 bars = base + WG_RING_OR_EPI_BYTES;
-    if(tid == 0)
-    {
-        for(int s = 0; s < WG_STAGES; ++s)
-        {
-            mbar_init(bars + 8 * s, WG_LOADERS);
-            mbar_init(bars + 8 * (WG_STAGES + s), IG_THREADS);
-        }
-    }
+    const u32 bars = wg_init_bars(base, tid);
     __syncthreads();
     if(warp < 4)
     {
@@ -537,30 +551,8 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
         int stage = 0;
         u32 round = 0;
         for(int t = 0; t < nkt; ++t)
-        {
-            if(t >= WG_STAGES)
-                mbar_wait(bars + 8 * (WG_STAGES + stage), (round - 1) & 1);
-            load_tile(base + stage * WG_STAGE_BYTES, t);
-#if WG_WS == 2
-            cp_async_mbar_arrive(bars + 8 * stage);
-#else
-            cp_async_commit();
-            if(t >= WG_LAG)
-            {
-                cp_async_wait<WG_LAG>();
-                fence_proxy_async();
-                mbar_arrive(bars + 8 * ((t - WG_LAG) % WG_STAGES));
-            }
-#endif
-            if(++stage == WG_STAGES)
-                stage = 0, ++round;
-        }
-#if WG_WS != 2
-        cp_async_wait<0>();
-        fence_proxy_async();
-        for(int t = nkt > WG_LAG ? nkt - WG_LAG : 0; t < nkt; ++t)
-            mbar_arrive(bars + 8 * (t % WG_STAGES));
-#endif
+            produce(stage, round, t, t);
+        drain(nkt);
     }
     else
     {
