@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from miopy.errors import bad
 from miopy.problem.base import Problem
+from miopy.problem.keys import key_fields, match_key, role_descs
 from miopy.problem.passes import Pass, float_text, layouts_key
 from miopy.tensor import DataType, TensorDesc
 
@@ -232,23 +233,15 @@ class ActivationProblem(Problem):
 
     @classmethod
     def parse(cls, key: str) -> ActivationProblem:
-        if not isinstance(key, str):
-            raise bad("key", key, "expected a string")
-        m = cls._KEY.match(key.strip())
-        if not m:
-            raise bad("key", key, "not an activation problem key")
-        try:
+        what = "an activation problem key"
+        m = match_key(cls._KEY, key, what)
+        with key_fields(key, what):
             desc = ActivationDesc(m["mode"], float(m["a"]), float(m["b"]), float(m["g"]))
             lens = tuple(int(v) for v in m["lens"].split("x"))
             dtype = DataType.parse(m["dt"])
-        except ValueError:
-            raise bad("key", key, "not an activation problem key") from None
         direction = Pass.parse(m["dir"])
         roles = _FWD_ROLES if direction is Pass.FORWARD else _BWD_ROLES
-        lays = m["lay"].split(".") if "." in m["lay"] else [m["lay"]] * len(roles)
-        if len(lays) != len(roles):
-            raise bad("key", key, f"expected one layout or {len(roles)}")
-        return cls(desc, direction, **{r: desc_from_key(dtype, lens, lay) for r, lay in zip(roles, lays)})
+        return cls(desc, direction, **role_descs(key, m["lay"], dtype, lens, roles))
 
     def network_config(self) -> str:
         """What an invoker depends on; alpha, beta, gamma included while invokers bind them."""
@@ -282,12 +275,6 @@ class ActivationProblem(Problem):
 
     def __str__(self) -> str:
         return self.key()
-
-
-def desc_from_key(dtype: DataType, lens, layout: str) -> TensorDesc:
-    if layout.startswith("s"):
-        return TensorDesc(dtype, lens, strides=[int(v) for v in layout[1:].split(",")])
-    return TensorDesc(dtype, lens, layout=layout)
 
 
 __all__ = ["ActivationDesc", "ActivationMode", "ActivationProblem", "Pass"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from miopy.errors import bad
 from miopy.problem.base import Problem
+from miopy.problem.keys import key_fields, match_key, role_descs
 from miopy.problem.nd import Dim
 from miopy.problem.passes import float_text, layouts_key
 from miopy.tensor import DataType, TensorDesc
@@ -302,21 +303,13 @@ class BatchNormProblem(Problem):
 
     @classmethod
     def parse(cls, key: str) -> BatchNormProblem:
-        from miopy.problem.activation import desc_from_key
-
-        m = cls._KEY.match(key.strip()) if isinstance(key, str) else None
-        if not m:
-            raise bad("key", key, "not a batch norm problem key")
-        try:
+        what = "a batch norm problem key"
+        m = match_key(cls._KEY, key, what)
+        with key_fields(key, what):
             lens = tuple(int(v) for v in m["lens"].split("x"))
             dtype = DataType.parse(m["dt"])
             eps, factor = float(m["e"]), float(m["f"])
-        except ValueError:
-            raise bad("key", key, "not a batch norm problem key") from None
-        lays = m["lay"].split(".") if "." in m["lay"] else [m["lay"]] * 2
-        if len(lays) != 2:
-            raise bad("key", key, "expected one layout or two")
-        x, out = (desc_from_key(dtype, lens, lay) for lay in lays)
+        x, out = role_descs(key, m["lay"], dtype, lens, ("x", "y")).values()
         return cls(m["mode"], m["dir"], x, out, m["pdt"], bool(m["s"]), bool(m["r"]), eps, factor)
 
     def network_config(self) -> str:

@@ -4,6 +4,9 @@ reductions): a tensor descriptor as it appears in a key, and back; finite scalar
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from miopy.errors import bad
 from miopy.problem.passes import float_text
@@ -23,6 +26,31 @@ def desc_from_key(dtype: DataType, lens, layout: str) -> TensorDesc:
     if layout.startswith("s"):
         return TensorDesc(dtype, lens, strides=[int(v) for v in layout[1:].split(",")])
     return TensorDesc(dtype, lens, layout=layout)
+
+
+def match_key(pattern: re.Pattern, key, what: str) -> re.Match:
+    """``pattern``'s match of ``key``, else BadParm saying the key is not ``what``."""
+    m = pattern.match(key.strip()) if isinstance(key, str) else None
+    if not m:
+        raise bad("key", key, f"not {what}")
+    return m
+
+
+@contextmanager
+def key_fields(key: str, what: str) -> Iterator[None]:
+    """Turns a ValueError or KeyError while converting a key's fields into BadParm naming the key."""
+    try:
+        yield
+    except (KeyError, ValueError):
+        raise bad("key", key, f"not {what}") from None
+
+
+def role_descs(key: str, layouts: str, dtype: DataType, lens, roles: Sequence[str]) -> dict[str, TensorDesc]:
+    """One descriptor per role from a key's layout part: one layout for all, or one per role."""
+    lays = layouts.split(".") if "." in layouts else [layouts] * len(roles)
+    if len(lays) != len(roles):
+        raise bad("key", key, f"expected one layout or {len(roles)}")
+    return {r: desc_from_key(dtype, lens, lay) for r, lay in zip(roles, lays)}
 
 
 def finite(name: str, value) -> float:
@@ -76,7 +104,10 @@ __all__ = [
     "finite",
     "float_text",
     "lens_from_text",
+    "key_fields",
     "lens_text",
+    "match_key",
     "memory_order",
+    "role_descs",
     "same_as",
 ]

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from miopy.errors import bad
-from miopy.problem.activation import desc_from_key
 from miopy.problem.base import Problem
+from miopy.problem.keys import desc_from_key, key_fields, match_key
 from miopy.problem.passes import Pass, layouts_key
 from miopy.tensor import DataType, TensorDesc, packed_strides
 
@@ -422,12 +422,11 @@ class PoolingProblem(Problem):
 
     @classmethod
     def parse(cls, key: str) -> PoolingProblem:
-        if not isinstance(key, str):
-            raise bad("key", key, "expected a string")
-        m = cls._KEY.match(key.strip())
-        if not m or (m["mode"] == "max") != (m["idx"] is not None):
-            raise bad("key", key, "not a pooling problem key")
-        try:
+        what = "a pooling problem key"
+        m = match_key(cls._KEY, key, what)
+        if (m["mode"] == "max") != (m["idx"] is not None):
+            raise bad("key", key, f"not {what}")
+        with key_fields(key, what):
             idx = m["idx"] or "u8mask"
             save = idx != "noindex"
             itype, imode = ("u8", "mask") if not save else re.match(r"(u\d+)(\w+)", idx).groups()
@@ -443,8 +442,6 @@ class PoolingProblem(Problem):
             )
             lens = tuple(int(v) for v in m["lens"].split("x"))
             dtype = DataType.parse(m["dt"])
-        except ValueError:
-            raise bad("key", key, "not a pooling problem key") from None
         lays = m["lay"].split(".") if "." in m["lay"] else [m["lay"]] * 2
         if len(lays) != 2:
             raise bad("key", key, "expected one layout or two (x.y)")

@@ -19,7 +19,16 @@ from typing import ClassVar
 
 from miopy.errors import bad
 from miopy.problem.base import Problem
-from miopy.problem.keys import check_desc, desc_from_key, finite, float_text, lens_from_text, lens_text
+from miopy.problem.keys import (
+    check_desc,
+    desc_from_key,
+    finite,
+    float_text,
+    key_fields,
+    lens_from_text,
+    lens_text,
+    match_key,
+)
 from miopy.tensor import DataType, TensorDesc
 
 FLOATS = (DataType.FP32, DataType.FP16, DataType.BF16, DataType.FP64)
@@ -164,15 +173,12 @@ class ReduceProblem(Problem):
 
     @classmethod
     def parse(cls, key: str) -> ReduceProblem:
-        m = cls._KEY.match(key.strip()) if isinstance(key, str) else None
-        if not m:
-            raise bad("key", key, "not a reduce problem key")
-        try:
+        what = "a reduce problem key"
+        m = match_key(cls._KEY, key, what)
+        with key_fields(key, what):
             x = desc_from_key(DataType.parse(m["dt"]), lens_from_text(m["lens"]), m["lay"])
             dims = [int(d) for d in m["dims"].split(".")]
             alpha, beta = float(m["a"]), float(m["b"])
-        except ValueError:
-            raise bad("key", key, "not a reduce problem key") from None
         return cls(m["op"], x, dims, m["i"] == "1", m["n"] == "1", alpha, beta)
 
     def network_config(self) -> str:

@@ -20,11 +20,13 @@ from miopy.errors import bad
 from miopy.problem.base import Problem
 from miopy.problem.keys import (
     check_desc,
-    desc_from_key,
     finite,
     float_text,
+    key_fields,
     lens_from_text,
     lens_text,
+    match_key,
+    role_descs,
     same_as,
 )
 from miopy.problem.passes import Pass, layouts_key
@@ -167,21 +169,15 @@ class SoftmaxProblem(Problem):
 
     @classmethod
     def parse(cls, key: str) -> SoftmaxProblem:
-        m = cls._KEY.match(key.strip()) if isinstance(key, str) else None
-        if not m:
-            raise bad("key", key, "not a softmax problem key")
-        try:
+        what = "a softmax problem key"
+        m = match_key(cls._KEY, key, what)
+        with key_fields(key, what):
             lens = lens_from_text(m["lens"])
             dtype = DataType.parse(m["dt"])
             alpha, beta = float(m["a"]), float(m["b"])
-        except ValueError:
-            raise bad("key", key, "not a softmax problem key") from None
         direction = Pass.parse(m["dir"])
         roles = _FWD if direction is Pass.FORWARD else _BWD
-        lays = m["lay"].split(".") if "." in m["lay"] else [m["lay"]] * len(roles)
-        if len(lays) != len(roles):
-            raise bad("key", key, f"expected one layout or {len(roles)}")
-        descs = {r: desc_from_key(dtype, lens, lay) for r, lay in zip(roles, lays)}
+        descs = role_descs(key, m["lay"], dtype, lens, roles)
         return cls(direction, m["algo"], m["mode"], alpha, beta, **descs)
 
     def network_config(self) -> str:

@@ -15,7 +15,16 @@ from typing import ClassVar
 
 from miopy.errors import bad
 from miopy.problem.base import Problem
-from miopy.problem.keys import check_desc, desc_from_key, finite, float_text, lens_from_text, lens_text
+from miopy.problem.keys import (
+    check_desc,
+    desc_from_key,
+    finite,
+    float_text,
+    key_fields,
+    lens_from_text,
+    lens_text,
+    match_key,
+)
 from miopy.problem.passes import layouts_key
 from miopy.tensor import DataType, TensorDesc
 
@@ -166,20 +175,17 @@ class TensorOpProblem(Problem):
 
     @classmethod
     def parse(cls, key: str) -> TensorOpProblem:
-        m = cls._KEY.match(key.strip()) if isinstance(key, str) else None
-        if not m:
-            raise bad("key", key, "not a tensorop problem key")
-        try:
+        what = "a tensorop problem key"
+        m = match_key(cls._KEY, key, what)
+        with key_fields(key, what):
             op = TensorOp[m["op"]]
             lens = lens_from_text(m["lens"])
             dtype = DataType.parse(m["dt"])
             nums = [float(m[k]) for k in ("a1", "a2", "g", "v")]
-        except (KeyError, ValueError):
-            raise bad("key", key, "not a tensorop problem key") from None
         count = 3 if op.binary else 1
         lays = m["lay"].split(".") if "." in m["lay"] else [m["lay"]] * count
         if len(lays) != count or op.binary != (m["blens"] is not None):
-            raise bad("key", key, "not a tensorop problem key")
+            raise bad("key", key, f"not {what}")
         if not op.binary:
             return cls(op, y=desc_from_key(dtype, lens, lays[0]), value=nums[3])
         blens = lens_from_text(m["blens"])
