@@ -39,7 +39,12 @@ from miopy.solvers.conv.implicit_gemm_wgmma_wrw import ConvWgmmaWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw import ConvIgemmWrwNhwc
 from miopy.solvers.conv.implicit_gemm_wrw_tf32x3 import ConvIgemmWrwTf32x3
 from miopy.solvers.conv.naive import ConvDirectNaiveBwd, ConvDirectNaiveFwd, ConvDirectNaiveWrw
-from miopy.solvers.conv.winograd_fwd_tf32x3 import ConvWinogradBwdF2x3Tf32x3, ConvWinogradFwdF2x3Tf32x3
+from miopy.solvers.conv.winograd_fwd_tf32x3 import (
+    ConvWinogradBwdF2x3Tf32x3,
+    ConvWinogradBwdF4x3Tf32x3,
+    ConvWinogradFwdF2x3Tf32x3,
+    ConvWinogradFwdF4x3Tf32x3,
+)
 from miopy.solvers.conv.winograd_wrw_tf32x3 import ConvWinogradWrwF2x3Tf32x3
 from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
@@ -82,6 +87,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmFwdTf32x3(),
         ConvIgemmPadFwdTf32x3(),
         ConvWinogradFwdF2x3Tf32x3(),
+        ConvWinogradFwdF4x3Tf32x3(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
         Conv1x1StreamBwd(),
@@ -92,6 +98,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmPadBwdTf32x3(),
         ConvIgemmBwdPhaseTf32x3(),
         ConvWinogradBwdF2x3Tf32x3(),
+        ConvWinogradBwdF4x3Tf32x3(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
         Conv1x1StreamWrw(),

@@ -1,36 +1,41 @@
-/* Winograd F(2x2, 3x3) forward (and stride-1 backward-data) convolution, fp32 (solvers
-   ConvWinogradFwdF2x3Tf32x3 and ConvWinogradBwdF2x3Tf32x3, solvers/conv/winograd_fwd_tf32x3.py):
-   the data, filter and output transforms around 16 GEMMs run by kernels/cuda/igemm_wrw_tf32x3.cu
-   (3xTF32, batched over gridDim.z).
+/* Winograd F(2x2, 3x3) and F(4x4, 3x3) forward (and stride-1 backward-data) convolution, fp32
+   (solvers ConvWinograd{Fwd,Bwd}F2x3Tf32x3 and ConvWinograd{Fwd,Bwd}F4x3Tf32x3,
+   solvers/conv/winograd_fwd_tf32x3.py): the data, filter and output transforms around WF_A^2
+   GEMMs run by kernels/cuda/igemm_wrw_tf32x3.cu (3xTF32, batched over gridDim.z).
 
    The convolution run here reads an input of WF_CI channels of WF_HI x WF_WI pixels and writes
    WF_CO channels of WF_HO x WF_WO pixels (forward: x -> y; backward data: dy -> dx with the
    filter rotated by 180 degrees and its two channel axes swapped, WF_BWD = 1). The output is cut
-   into tiles t = (n, th, tw) of 2 x 2 pixels (TH x TW per image, the last ones partly past the
-   output; T tiles padded to WF_T4, a multiple of 4). For each tile the 4 x 4 input patch d at
-   rows 2*th - PH.., columns 2*tw - PW.. (zero outside the input) and for each filter g (3 x 3):
+   into tiles t = (n, th, tw) of WF_M x WF_M pixels (WF_M = 2 or 4; TH x TW per image, the last
+   ones partly past the output; T tiles padded to WF_T4, a multiple of 4). For each tile the
+   WF_A x WF_A input patch d (WF_A = WF_M + 2) at rows WF_M*th - PH.., columns WF_M*tw - PW..
+   (zero outside the input) and for each filter g (3 x 3):
        V = B^T d B,  U = G g G^T,
-   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
-   Per position xi of the 16: M[xi][t][co] = sum over ci of V[xi][ci][t] * U[xi][ci][co] (the
-   GEMMs; the reduction index outermost in both operands, as the batched wrw GEMM reads them),
-   then the output tile Y = A^T M A with A^T = [1 1 1 0; 0 1 -1 -1].
+   (the matrices: common/winograd_f2x3.h, common/winograd_f4x3.h). Per position xi of the WF_A^2:
+   M[xi][t][co] = sum over ci of V[xi][ci][t] * U[xi][ci][co] (the GEMMs; the reduction index
+   outermost in both operands, as the batched wrw GEMM reads them), then the output tile
+   Y = A^T M A.
 
-   wf_in_f2x3:     V[xi][CI4][T4] (zero past CI and T), one work item per (ci, t).
-   wf_filter_f2x3: U[xi][CI4][CO4] (zero past CI and CO), one work item per (ci, co).
-   wf_out_f2x3:    the output from M[xi][T4][CO4], one work item per (t, co).
+   wf_in:     V[xi][CI4][T4] (zero past CI and T), one work item per (ci, t).
+   wf_filter: U[xi][CI4][CO4] (zero past CI and CO), one work item per (ci, co).
+   wf_out:    the output from M[xi][T4][CO4], one work item per (t, co).
    Layouts: WF_IN_NHWC / WF_OUT_NHWC (else NCHW), WF_FILT_NHWC (K x R x S x C, else K x C x R x S
    of the tensor as it lies: forward K = CO, C = CI; backward data K = CI, C = CO). */
 
 // miopy-compile-test: -DMIOPY_DTYPE=0
-// miopy-compile-test: -DMIOPY_DTYPE=0 -DWF_N=2 -DWF_CI=5 -DWF_HI=7 -DWF_WI=9 -DWF_CO=6 -DWF_HO=5 -DWF_WO=7 -DWF_PH=0 -DWF_PW=0 -DWF_TH=3 -DWF_TW=4 -DWF_T4=24 -DWF_CI4=8 -DWF_CO4=8 -DWF_IN_NHWC=1 -DWF_OUT_NHWC=1 -DWF_FILT_NHWC=1 -DWF_BWD=1
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DWF_M=4 -DWF_N=2 -DWF_CI=5 -DWF_HI=7 -DWF_WI=9 -DWF_CO=6 -DWF_HO=5 -DWF_WO=7 -DWF_PH=0 -DWF_PW=0 -DWF_TH=2 -DWF_TW=2 -DWF_T4=8 -DWF_CI4=8 -DWF_CO4=8 -DWF_IN_NHWC=1 -DWF_OUT_NHWC=1 -DWF_FILT_NHWC=1 -DWF_BWD=1
 
 #include "common/miopy_types.h"
 #include "common/winograd_f2x3.h"
+#include "common/winograd_f4x3.h"
 
 #if MIOPY_DTYPE != 0
 #error "the Winograd 3xTF32 kernels are for fp32 (MIOPY_DTYPE 0)"
 #endif
 
+#ifndef WF_M
+#define WF_M 2
+#endif
 #ifndef WF_N
 #define WF_N 32
 #define WF_CI 128
@@ -41,9 +46,9 @@
 #define WF_WO 28
 #define WF_PH 1
 #define WF_PW 1
-#define WF_TH 14
-#define WF_TW 14
-#define WF_T4 6272
+#define WF_TH (28 / WF_M)
+#define WF_TW (28 / WF_M)
+#define WF_T4 (32 * WF_TH * WF_TW)
 #define WF_CI4 128
 #define WF_CO4 128
 #endif
@@ -60,9 +65,21 @@
 #define WF_BWD 0
 #endif
 
+#if WF_M == 2
+#define WF_BT wino_f2x3_bt
+#define WF_G wino_f2x3_g
+#define WF_AT wino_f2x3_at
+#elif WF_M == 4
+#define WF_BT wino_f4x3_bt
+#define WF_G wino_f4x3_g
+#define WF_AT wino_f4x3_at
+#else
+#error "WF_M (output tile side) is 2 or 4"
+#endif
+#define WF_A (WF_M + 2)            /* input tile side */
 #define WF_T ((i64)WF_N * WF_TH * WF_TW) /* real tiles; WF_T4 >= WF_T */
 
-KERNEL void wf_in_f2x3(const float* RESTRICT x, i64 x_off, float* RESTRICT v, i64 v_off)
+KERNEL void wf_in(const float* RESTRICT x, i64 x_off, float* RESTRICT v, i64 v_off)
 {
     const i64 total = (i64)WF_T4 * WF_CI4;
     for(i64 e = GLOBAL_ID0; e < total; e += GLOBAL_SIZE0)
@@ -74,19 +91,23 @@ KERNEL void wf_in_f2x3(const float* RESTRICT x, i64 x_off, float* RESTRICT v, i6
         const int th = (int)(t / WF_TW % WF_TH);
         const int n = (int)(t / (WF_TW * WF_TH));
         const bool live = c < WF_CI && t < WF_T;
-        float d[4][4];
+        float d[WF_A][WF_A], vt[WF_A][WF_A];
 #pragma unroll
-        for(int i = 0; i < 4; ++i)
+        for(int i = 0; i < WF_A; ++i)
 #pragma unroll
-            for(int j = 0; j < 4; ++j)
+            for(int j = 0; j < WF_A; ++j)
             {
-                const int ih = 2 * th - WF_PH + i, iw = 2 * tw - WF_PW + j;
+                const int ih = WF_M * th - WF_PH + i, iw = WF_M * tw - WF_PW + j;
                 const bool ok = live && (unsigned)ih < (unsigned)WF_HI && (unsigned)iw < (unsigned)WF_WI;
                 const i64 at = WF_IN_NHWC ? (((i64)n * WF_HI + ih) * WF_WI + iw) * WF_CI + c
                                           : (((i64)n * WF_CI + c) * WF_HI + ih) * WF_WI + iw;
                 d[i][j] = ok ? x[x_off + at] : 0.0f;
             }
-        wino_f2x3_store_bt_d_b(d, v + v_off + (i64)c * WF_T4 + t, (i64)WF_CI4 * WF_T4);
+        wino_2d<WF_A, WF_A, WF_BT>(d, vt);
+        float* out = v + v_off + (i64)c * WF_T4 + t;
+#pragma unroll
+        for(int xi = 0; xi < WF_A * WF_A; ++xi)
+            out[xi * ((i64)WF_CI4 * WF_T4)] = vt[xi / WF_A][xi % WF_A];
     }
 }
 
@@ -99,7 +120,7 @@ DEVICE_FN i64 filt_index(int co, int ci, int r, int s)
     return WF_FILT_NHWC ? (((i64)k * 3 + rr) * 3 + ss) * cs + c : (((i64)k * cs + c) * 3 + rr) * 3 + ss;
 }
 
-KERNEL void wf_filter_f2x3(const float* RESTRICT w, float* RESTRICT u, i64 u_off)
+KERNEL void wf_filter(const float* RESTRICT w, float* RESTRICT u, i64 u_off)
 {
     const i64 total = (i64)WF_CI4 * WF_CO4;
     for(i64 e = GLOBAL_ID0; e < total; e += GLOBAL_SIZE0)
@@ -107,35 +128,21 @@ KERNEL void wf_filter_f2x3(const float* RESTRICT w, float* RESTRICT u, i64 u_off
         const int co = (int)(e % WF_CO4);
         const int ci = (int)(e / WF_CO4);
         const bool live = ci < WF_CI && co < WF_CO;
-        float g[3][3];
+        float g[3][3], ut[WF_A][WF_A];
 #pragma unroll
         for(int r = 0; r < 3; ++r)
 #pragma unroll
             for(int s = 0; s < 3; ++s)
                 g[r][s] = live ? w[filt_index(co, ci, r, s)] : 0.0f;
-        float h[4][3]; /* G g */
-#pragma unroll
-        for(int s = 0; s < 3; ++s)
-        {
-            h[0][s] = g[0][s];
-            h[1][s] = 0.5f * (g[0][s] + g[1][s] + g[2][s]);
-            h[2][s] = 0.5f * (g[0][s] - g[1][s] + g[2][s]);
-            h[3][s] = g[2][s];
-        }
+        wino_2d<3, WF_A, WF_G>(g, ut);
         float* out = u + u_off + (i64)ci * WF_CO4 + co;
-        const i64 plane = (i64)WF_CI4 * WF_CO4;
 #pragma unroll
-        for(int i = 0; i < 4; ++i)
-        {
-            out[(i * 4 + 0) * plane] = h[i][0];
-            out[(i * 4 + 1) * plane] = 0.5f * (h[i][0] + h[i][1] + h[i][2]);
-            out[(i * 4 + 2) * plane] = 0.5f * (h[i][0] - h[i][1] + h[i][2]);
-            out[(i * 4 + 3) * plane] = h[i][2];
-        }
+        for(int xi = 0; xi < WF_A * WF_A; ++xi)
+            out[xi * ((i64)WF_CI4 * WF_CO4)] = ut[xi / WF_A][xi % WF_A];
     }
 }
 
-KERNEL void wf_out_f2x3(const float* RESTRICT m, i64 m_off, float* RESTRICT y)
+KERNEL void wf_out(const float* RESTRICT m, i64 m_off, float* RESTRICT y)
 {
     const i64 total = WF_T * WF_CO;
     for(i64 e = GLOBAL_ID0; e < total; e += GLOBAL_SIZE0)
@@ -146,34 +153,23 @@ KERNEL void wf_out_f2x3(const float* RESTRICT m, i64 m_off, float* RESTRICT y)
         const int th = (int)(t / WF_TW % WF_TH);
         const int n = (int)(t / (WF_TW * WF_TH));
         const float* src = m + m_off + t * WF_CO4 + co;
-        const i64 plane = (i64)WF_T4 * WF_CO4;
-        float s[4][4];
+        float s[WF_A][WF_A], o[WF_M][WF_M];
 #pragma unroll
-        for(int xi = 0; xi < 16; ++xi)
-            s[xi / 4][xi % 4] = src[xi * plane];
-        float a[2][4]; /* A^T M */
+        for(int xi = 0; xi < WF_A * WF_A; ++xi)
+            s[xi / WF_A][xi % WF_A] = src[xi * ((i64)WF_T4 * WF_CO4)];
+        wino_2d<WF_A, WF_M, WF_AT>(s, o);
 #pragma unroll
-        for(int j = 0; j < 4; ++j)
-        {
-            a[0][j] = s[0][j] + s[1][j] + s[2][j];
-            a[1][j] = s[1][j] - s[2][j] - s[3][j];
-        }
+        for(int i = 0; i < WF_M; ++i)
 #pragma unroll
-        for(int i = 0; i < 2; ++i)
-        {
-            const float o[2] = {a[i][0] + a[i][1] + a[i][2], a[i][1] - a[i][2] - a[i][3]};
-            const int oh = 2 * th + i;
-#pragma unroll
-            for(int j = 0; j < 2; ++j)
+            for(int j = 0; j < WF_M; ++j)
             {
-                const int ow = 2 * tw + j;
+                const int oh = WF_M * th + i, ow = WF_M * tw + j;
                 if(oh < WF_HO && ow < WF_WO)
                 {
                     const i64 at = WF_OUT_NHWC ? (((i64)n * WF_HO + oh) * WF_WO + ow) * WF_CO + co
                                                : (((i64)n * WF_CO + co) * WF_HO + oh) * WF_WO + ow;
-                    y[at] = o[j];
+                    y[at] = o[i][j];
                 }
             }
-        }
     }
 }
