@@ -6,10 +6,14 @@ GEMM, the output transform), the kernels' transform matrices in NumPy against th
 (exact in float64), NVRTC builds for sm_90. On a GPU (marked ``gpu``): ResNet-like layers and
 random problems (padding 0 to 2, odd sides, N = 1..3, both layouts) against the float64
 reference. Winograd's error bound, stated (RMS error over the output's range, on the same data):
-below the fp32 tolerance; F(2x2, 3x3) below 8x the naive FFMA kernel's error + 1e-6 (its
-transforms mix terms of both signs, a few times a direct sum's rounding error); F(4x4, 3x3) below
-ERROR_FACTOR[4] x the FFMA error + 1e-6 (constants up to 8 in A^T and 5 in B^T: measured on an
-H200, see ERROR_FACTOR); both at least 10x below plain TF32's."""
+below the fp32 tolerance, and
+- F(2x2, 3x3): below 8x the naive FFMA kernel's error + 1e-6 (its transforms mix terms of both
+  signs, a few times a direct sum's rounding error), at least 10x below plain TF32's;
+- F(4x4, 3x3): below 8x the FFMA error + 5e-7 (about 8 fp32 ulps of the range; constants up to 8
+  in A^T and 5 in B^T), at least 50x below plain TF32's. Measured on an H200 over this file's GPU
+  problems (14 per direction): 1.5e-7 to 2.6e-7, 1.0x to 13.7x the FFMA error (the largest
+  ratio where the FFMA error was only 1.2e-8), 220x to 400x below TF32's; F(2x2) on the same
+  problems: at most 6.2e-8 and 2.8x the FFMA error."""
 
 from __future__ import annotations
 
@@ -38,9 +42,9 @@ BWD = ConvWinogradBwdF2x3Tf32x3()
 FWD4 = ConvWinogradFwdF4x3Tf32x3()
 BWD4 = ConvWinogradBwdF4x3Tf32x3()
 CTX = support.fake_cuda_ctx()
-# Winograd's error in multiples of the naive FFMA kernel's (RMS over the output's range) that the
-# GPU tests allow, per output tile side m (F(4x4): measured on an H200, see the module doc)
-ERROR_FACTOR = {2: 8, 4: 32}
+# The error the GPU tests allow per output tile side m (RMS over the output's range; see the module
+# doc): (multiple of the naive FFMA kernel's error, plus an absolute floor, how far below TF32's)
+ERROR_BOUND = {2: (8, 1e-6, 10), 4: (8, 5e-7, 50)}
 
 
 def make(xlens, k, layout="NCHW", pads=(1, 1), direction="F", **conv):
@@ -233,8 +237,9 @@ def handle():
 
 def check_winograd(errs: tuple[float, float, float], m: int) -> None:
     err_wino, err_ffma, err_tf32 = errs
-    assert err_wino < ERROR_FACTOR[m] * err_ffma + 1e-6, errs
-    assert err_wino < err_tf32 / 10, errs
+    factor, floor, below_tf32 = ERROR_BOUND[m]
+    assert err_wino < factor * err_ffma + floor, errs
+    assert err_wino < err_tf32 / below_tf32, errs
 
 
 SOLVERS = [(FWD, "F"), (BWD, "B"), (FWD4, "F"), (BWD4, "B")]
