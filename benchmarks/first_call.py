@@ -31,7 +31,9 @@ iteration, with the minimum and median over the processes):
   immediate-mode choices) and ``warmed`` (library calls the handle ran ahead).
 
 Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-warm-up``
-(MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-choices`` (a copy of the package without its choices and
+(MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-load-ahead`` (MIOPY_KERNEL_LOAD_AHEAD=0: the package's
+binaries read ahead but each kernel loaded at its first use, as before the set-up thread loaded
+them), ``kdb-no-choices`` (a copy of the package without its choices and
 library calls, as packages were before them), ``kdb-no-programs`` (a copy of the package
 without the programs of its chosen solutions: each choice checked against its solver and its
 program made by the solver, as before packages carried programs), ``again`` (OpenCL: the
@@ -157,7 +159,7 @@ if profile != "-":  # the first iteration under cProfile (slower: figures of suc
     profiler.enable()
 # The background BLAS set-up (CUDA: cuBLAS, cuBLASLt and its one-time initialization) still
 # running when the clock starts: then the first iteration waits for part of it.
-set_up = [getattr(h.backend, n, None) for n in ("_blas_thread", "_precheck_thread")]
+set_up = [getattr(h.backend, n, None) for n in ("_blas_thread", "_precheck_thread", "_warm_thread")]
 set_up.append(getattr(h, "_prefetch_thread", None))
 set_up_busy = any(t is not None and t.is_alive() for t in set_up)
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
@@ -187,6 +189,8 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
                   "set_up_busy": set_up_busy, "lt_init_s": getattr(h.backend, "lt_initialized_s", None),
                   "prechecked": getattr(h.backend, "library_prechecked", None),
                   "prefetched": getattr(h.kernel_cache, "prefetched", None),
+                  "loaded_ahead": getattr(h, "kernels_loaded_ahead", None),
+                  "ahead_used": getattr(h, "kernels_ahead_used", None),
                   "warm_host_s": warm_host[warm.index(min(warm))],
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
 """
@@ -202,6 +206,7 @@ def _env(
         "MIOPY_FIND_ENFORCE",
         "MIOPY_LIBRARY_WARM_UP",
         "CUDA_MODULE_LOADING",
+        "MIOPY_KERNEL_LOAD_AHEAD",
     ):
         env.pop(name, None)
     if warm_up:
@@ -302,6 +307,7 @@ VARIANTS = {
     "kdb-no-programs": ("package without programs", "checked", False, False, {}),
     "again": ("package, PoCL cache warm", True, False, True, {}),
     "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
+    "kdb-no-load-ahead": ("package, no load ahead", True, False, False, {"MIOPY_KERNEL_LOAD_AHEAD": "0"}),
 }
 
 
@@ -421,13 +427,17 @@ def _set_up_note(r: dict) -> str:
     (cuBLASLt's initialization and the package's recorded cuBLASLt checks)."""
     if r.get("lt_init_s") is None:
         busy = "still running" if r.get("set_up_busy") else "done"
-        return f"\n{'':24s} package binaries read ahead {r.get('prefetched')}; {busy} when the clock started"
+        return (
+            f"\n{'':24s} package binaries read ahead {r.get('prefetched')}, kernels loaded ahead "
+            f"{r.get('loaded_ahead')} (used {r.get('ahead_used')}); {busy} when the clock started"
+        )
     init = f"{r['lt_init_s']:.3f} s" if r.get("lt_init_s") is not None else "not run"
     busy = "still running" if r.get("set_up_busy") else "done"
     return (
         f"\n{'':24s} cuBLASLt initialization on the set-up thread {init}, recorded cuBLASLt "
         f"algorithms pre-checked {r.get('prechecked')}, package binaries read ahead "
-        f"{r.get('prefetched')}; that set-up {busy} when the clock started"
+        f"{r.get('prefetched')}, kernels loaded ahead {r.get('loaded_ahead')} (used "
+        f"{r.get('ahead_used')}); that set-up {busy} when the clock started"
     )
 
 

@@ -179,6 +179,15 @@ def kernel_prefetch(backend: str) -> bool:
     return _flag("KERNEL_PREFETCH")
 
 
+def kernel_load_ahead() -> bool:
+    """MIOPY_KERNEL_LOAD_AHEAD (default on): where a handle reads its package's binaries ahead
+    (MIOPY_KERNEL_PREFETCH), its set-up thread also loads each as a kernel (on CUDA fully:
+    cuFuncLoad, so that no first launch loads it while work is queued), and the first iteration
+    takes them loaded. 0 leaves the loading to each kernel's first use. Read when a handle is
+    made."""
+    return _env("KERNEL_LOAD_AHEAD") is None or _flag("KERNEL_LOAD_AHEAD")
+
+
 def graph_single_library() -> bool:
     """MIOPY_GRAPH_SINGLE_LIBRARY (default off): a recorded run of one library call (cuBLAS,
     cuBLASLt) replays as a CUDA graph. Off, the call is made directly: on an H200 the graph's

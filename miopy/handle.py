@@ -23,6 +23,10 @@ _log = log.get("miopy.handle")
 # primitive -> hook(handle, solution, tensors, workspace, scalars) -> ran it (see run_solution)
 _output_scaling: dict[str, Callable[..., bool]] = {}
 
+# At most this many package kernels are loaded ahead by a handle's set-up thread (a ResNet-50
+# training iteration's package holds about 190).
+LOAD_AHEAD_MAX = 2048
+
 
 def register_output_scaling(primitive: str, hook: Callable[..., bool]) -> None:
     """Let ``hook`` run ``primitive``'s solutions given scalars that scale the output (it returns
@@ -60,6 +64,10 @@ class Handle:
         elif precheck is not None and not config.disable_cache():
             precheck(self.package_choices.library_calls)  # checks only: nothing runs
         prefetch = config.kernel_prefetch(self.backend.name) and not config.disable_cache()
+        # kernel key columns -> kernel loaded by the set-up thread (_read_package), taken by compile
+        self._loaded_ahead: dict[tuple[str, ...], Any] = {}
+        self.kernels_loaded_ahead = 0  # kernels the set-up thread loaded (for tests and logs)
+        self.kernels_ahead_used = 0  # of those, the ones compile() handed out
         self._prefetch_thread = self._read_package(prefetch) if not config.disable_cache() else None
         _log.info(
             "handle: backend %s, device %s (%s, %d CUs)",
@@ -73,9 +81,13 @@ class Handle:
         """With a kernel package, on a thread of its own while the caller sets up: its
         immediate-mode choices and programs, checked once as a whole (PackageChoices: the package,
         its records and the miopy sources hashed) and decoded, then with ``binaries`` (MIOPY_KERNEL_PREFETCH)
-        its binaries for this device read into memory (KernelCache.prefetch) and the sources of
-        their kernels read and hashed (the kernel keys of the first iteration): the first
-        iteration then finds all of it in memory instead of in SQLite, zlib and the files."""
+        its binaries for this device read into memory (KernelCache.prefetch), the sources of
+        their kernels read and hashed (the kernel keys of the first iteration) and each binary
+        loaded as a kernel (``Backend.load``, then ``Backend.finish_load``: on CUDA the driver
+        loads the function now rather than at its first launch, where a lazily loaded kernel may
+        wait for the work already queued on the device): the first iteration then finds all of
+        it in memory instead of in SQLite, zlib, the files and the driver (``compile`` takes a
+        kernel loaded ahead when its key, source hash included, is the one it computes)."""
         cache = self.kernel_cache
         if not cache.package_paths():
             return None
@@ -85,6 +97,7 @@ class Handle:
             with self._cache_lock:
                 packages = cache._files()[:-1]  # opened here: one set of files for both threads
         backend = self.backend
+        load = config.kernel_load_ahead()
 
         def run() -> None:
             try:
@@ -97,12 +110,34 @@ class Handle:
                     if file.endswith(ext):
                         with contextlib.suppress(OSError):  # gone here: its key is a miss anyway
                             backend.read_source(file[: -len(ext)])
+                if load:
+                    self._load_ahead(list(cache._ahead.items())[:LOAD_AHEAD_MAX])
             except Exception as exc:  # the first iteration reads them itself
                 _log.debug("kernel package read-ahead failed (%s)", exc)
 
         thread = threading.Thread(target=run, name="miopy-kernel-prefetch", daemon=True)
         thread.start()
         return thread
+
+    def _load_ahead(self, entries: list[tuple[tuple[str, ...], bytes]]) -> None:
+        """Load each (key columns, binary) as a kernel (the set-up thread): ``compile`` takes them
+        from ``_loaded_ahead``. A binary that does not load is left to ``compile``, which reports
+        and rebuilds it as before."""
+        backend = self.backend
+        finish = getattr(backend, "finish_load", None)
+        ahead = self.kernel_cache._ahead
+        for key, binary in entries:
+            if key in self._loaded_ahead or key not in ahead:
+                continue  # loaded, or taken by compile() meanwhile
+            try:
+                kernel = backend.load(binary, key[1])
+                if finish is not None:
+                    finish(kernel)
+            except Exception as exc:  # compile() meets it again and says so
+                _log.debug("kernel %s/%s not loaded ahead (%s)", key[0], key[1], exc)
+                continue
+            self._loaded_ahead[key] = kernel
+            self.kernels_loaded_ahead += 1
 
     # ---- identity ---------------------------------------------------------------------------------
     @property
@@ -170,8 +205,15 @@ class Handle:
                 source_hash,
                 self.info.fingerprint,
             )
-            with self._cache_lock:
-                binary = self.kernel_cache.get(key)
+            kernel = self._loaded_ahead.pop(key.columns(), None) if self._loaded_ahead else None
+            if kernel is not None:  # loaded by the set-up thread from the package
+                with self._cache_lock:
+                    self.kernel_cache.take_ahead(key)
+                self.kernels_ahead_used += 1
+                binary = None
+            else:
+                with self._cache_lock:
+                    binary = self.kernel_cache.get(key)
             if binary is not None:
                 try:
                     kernel = self.backend.load(binary, spec.name)
@@ -180,7 +222,7 @@ class Handle:
                         "cached binary for %s/%s did not load (%s); rebuilding", spec.file, spec.name, exc
                     )
                     binary = None
-            if binary is None:
+            if binary is None and kernel is None:
                 _log.info(
                     "compiling %s%s %s %s", spec.file, self.backend.kernel_ext, spec.name, " ".join(options)
                 )

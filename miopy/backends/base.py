@@ -133,6 +133,11 @@ class Backend(abc.ABC):
     def load(self, binary: bytes, kernel_name: str) -> Any:
         """A launchable kernel from a binary made by ``build``."""
 
+    def finish_load(self, kernel: Any) -> None:
+        """Finish loading ``kernel`` now where the driver would at its first launch (a handle's
+        set-up thread loads a package's kernels ahead). Nothing to do by default."""
+        return None
+
     @abc.abstractmethod
     def launch(
         self,

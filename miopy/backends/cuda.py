@@ -27,6 +27,7 @@ import importlib.util
 import os
 import re
 import statistics
+import struct
 import threading
 import time
 import warnings
@@ -263,6 +264,16 @@ def _libcuda() -> Any:
 
 
 @functools.cache
+def _cu_func_load() -> Any:
+    """The driver's ``cuFuncLoad`` (CUDA 12.4 and later), or None."""
+    fn = getattr(_libcuda(), "cuFuncLoad", None)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+    return fn
+
+
+@functools.cache
 def _cython_launch() -> tuple[Callable[..., None], type] | None:
     """CuPy's compiled ``launchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)``
     (all plain ints) and the error it raises, or None where this CuPy has none."""
@@ -311,6 +322,31 @@ def _c_scalar(value: np.generic) -> ctypes.Array:
     """A kernel argument passed by value: the scalar's own bytes."""
     raw = value.tobytes() if isinstance(value, np.generic) else np.asarray(value).tobytes()
     return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
+
+
+def pack_params(raws: list[bytes]) -> tuple[ctypes.Array, ctypes.Array]:
+    """(the kernelParams array of cuLaunchKernel, the storage it points into) for kernel arguments
+    given as their bytes: one 8-byte-aligned block holding every argument at its natural
+    alignment, and one pointer per argument into it (a prepared launch keeps both)."""
+    offsets, chunks, end = [], [], 0
+    for raw in raws:
+        size = len(raw)
+        align = size if size in (1, 2, 4, 8) else 8
+        pad = -end % align
+        if pad:
+            chunks.append(bytes(pad))
+            end += pad
+        offsets.append(end)
+        chunks.append(raw)
+        end += size
+    words = max((end + 7) // 8, 1)
+    storage = (ctypes.c_uint64 * words).from_buffer_copy(b"".join(chunks).ljust(words * 8, b"\0"))
+    base = ctypes.addressof(storage)
+    params = (ctypes.c_void_p * max(len(offsets), 1))(*[base + o for o in offsets])
+    return params, storage
+
+
+_U64 = struct.Struct("<Q")
 
 
 # ---- CuPy, loaded on first use ------------------------------------------------------------------
@@ -669,6 +705,49 @@ class Backend(BackendBase):
         except self._cp.cuda.driver.CUDADriverError as exc:
             raise bad("kernel_name", kernel_name, f"not in the binary ({exc})") from None
 
+    def finish_load(self, kernel: Any) -> None:
+        """``cuFuncLoad``: with CUDA_MODULE_LOADING=LAZY (the default) a function got from a
+        module may be only partly loaded, and the driver finishes at its first launch, where
+        loading may wait for the work already queued on the device (CUDA programming guide,
+        lazy loading): a first iteration that loads its kernels as it goes then waits for the
+        device at each new kernel instead of queuing ahead of it. Drivers without cuFuncLoad
+        (before CUDA 12.4) load at the first launch as before."""
+        load = _cu_func_load()
+        if load is None:
+            return
+        with self.device:
+            rc = load(ctypes.c_void_p(int(kernel.ptr)))
+        if rc:
+            raise InternalError(f"cuFuncLoad failed with CUresult {rc}")
+
+    def is_loaded(self, kernel: Any) -> bool | None:
+        """Whether the driver has fully loaded ``kernel`` (``cuFuncIsLoaded``); None where the
+        driver cannot say."""
+        lib = _libcuda()
+        query = getattr(lib, "cuFuncIsLoaded", None)
+        if query is None:
+            return None
+        state = ctypes.c_int(-1)
+        with self.device:
+            rc = query(ctypes.byref(state), ctypes.c_void_p(int(kernel.ptr)))
+        return None if rc else state.value == 1  # CU_FUNCTION_LOADING_STATE_LOADED
+
+    def _raw_args(self, args: list[Any]) -> list[bytes]:
+        """Each kernel argument's bytes as the kernel takes it: a NumPy scalar's own, a buffer's
+        device address (8 bytes), None as a null pointer."""
+        cp = self._cp
+        out = []
+        for i, a in enumerate(args):
+            if isinstance(a, np.generic):
+                out.append(a.tobytes())
+            elif isinstance(a, cp.ndarray):
+                out.append(_U64.pack(a.data.ptr))
+            elif a is None:
+                out.append(bytes(8))
+            else:
+                out.append(_c_scalar(self._arg(i, a)).raw)
+        return out
+
     def _arg(self, i: int, a: Any) -> Any:
         if isinstance(a, np.generic):
             return a  # CuPy passes a NumPy scalar by value with its own size
@@ -748,11 +827,7 @@ class Backend(BackendBase):
             raise bad("shared_mem", shared_mem, "must be >= 0")
         if shared_mem > 48 * 1024:
             self._allow_dynamic_shared(kernel, shared_mem)
-        holders = []
-        for i, a in enumerate(args):
-            value = self._arg(i, a)
-            holders.append(_c_scalar(value))
-        params = (ctypes.c_void_p * max(len(holders), 1))(*(ctypes.addressof(h) for h in holders))
+        params, holders = pack_params(self._raw_args(args))
         dims = (gx, gy, gz, bx, by, bz, shared_mem)
         backend = self
         fast = _cython_launch()

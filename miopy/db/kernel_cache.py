@@ -140,6 +140,12 @@ class KernelCache:
         self.prefetched += count
         return count
 
+    def take_ahead(self, key: KernelKey) -> None:
+        """A hit for ``key`` served from what was read ahead, already loaded by the caller (a
+        handle's set-up thread loads the binaries ``prefetch`` read): the binary leaves memory."""
+        self._ahead.pop(key.columns(), None)
+        self.hits += 1
+
     def get(self, key: KernelKey) -> bytes | None:
         if config.disable_cache():
             self.misses += 1

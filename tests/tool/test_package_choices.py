@@ -465,3 +465,40 @@ def test_a_find_db_list_comes_from_the_package(built_find, dirs, monkeypatch):
     fresh = Handle("opencl")
     assert [s.solver for s in find.get_solutions(fresh, problem)] == ["ActivFwdPacked", "ActivFwdStrided"]
     assert fresh.package_choices.planned == 0
+
+
+def test_a_handle_loads_the_package_kernels_ahead_and_compile_takes_them(installed, monkeypatch):
+    """With MIOPY_KERNEL_PREFETCH=1 the set-up thread loads every binary of the package as a kernel;
+    the first calls then compile nothing and load nothing themselves: each kernel they need is one
+    the thread loaded (counted), and every result is right."""
+    path, problems = installed
+    monkeypatch.setenv("MIOPY_KERNEL_PREFETCH", "1")
+    loads: list[str] = []
+    h = Handle("opencl")
+    h._prefetch_thread.join()
+    assert h.kernels_loaded_ahead == h.kernel_cache.prefetched > 0
+    real_load = h.backend.load
+    monkeypatch.setattr(h.backend, "load", lambda binary, name: loads.append(name) or real_load(binary, name))
+    chosen = [find.get_solutions(h, p)[0] for p in problems]
+    for solution in chosen:
+        h.prepare_invoker(solution)
+        if isinstance(solution.problem, ConvProblem):
+            check(h, solution, np.random.default_rng(5))
+    assert h.kernel_cache.misses == 0 and loads == []
+    assert h.kernels_ahead_used == h.kernel_cache.hits > 0
+    assert len(h._loaded_ahead) == h.kernels_loaded_ahead - h.kernels_ahead_used
+
+
+def test_a_kernel_loaded_ahead_is_not_used_for_another_source(installed, monkeypatch):
+    """The kernels loaded ahead are keyed like the cache (source hash and compiler included): a
+    kernel whose source changed here is compiled from it, not taken from what was loaded."""
+    path, problems = installed
+    monkeypatch.setenv("MIOPY_KERNEL_PREFETCH", "1")
+    h = Handle("opencl")
+    h._prefetch_thread.join()
+    assert h.kernels_loaded_ahead > 0
+    real = h.backend.read_source
+    monkeypatch.setattr(h.backend, "read_source", lambda file: (real(file)[0], "changed"))
+    solution = find.get_solutions(h, problems[0])[0]
+    h.prepare_invoker(solution)
+    assert h.kernels_ahead_used == 0 and h.kernel_cache.misses == len(solution.program.kernels)

@@ -33,6 +33,9 @@ def test_a_cuda_package_runs_its_programs(isolated, tmp_path, monkeypatch):
     assert manifest["plans"] >= 1
     shutil.copyfile(manifest["path"], isolated / "kdb" / f"{manifest['db_basename']}.kdb")
     h = Handle("cuda")
+    h._prefetch_thread.join()  # the set-up thread loads the package's kernels (cuFuncLoad)
+    assert h.kernels_loaded_ahead == manifest["kernels"]
+    assert all(h.backend.is_loaded(k) in (True, None) for k in h._loaded_ahead.values())
     got = [find.get_solutions(h, p) for p in work.problems]
     assert h.package_choices.trusted and h.package_choices.planned == manifest["plans"]
     monkeypatch.setattr(package_plans, "_code", ["0" * 64])  # another miopy: the checked path
@@ -44,4 +47,4 @@ def test_a_cuda_package_runs_its_programs(isolated, tmp_path, monkeypatch):
     for p, solutions in zip(work.problems, got):
         if isinstance(p, ConvProblem):
             check(h, solutions[0], np.random.default_rng(6))
-    assert h.kernel_cache.misses == 0
+    assert h.kernel_cache.misses == 0 and h.kernels_ahead_used == h.kernel_cache.hits > 0
