@@ -33,7 +33,8 @@ iteration, with the minimum and median over the processes):
 Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-warm-up``
 (MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-load-ahead`` (MIOPY_KERNEL_LOAD_AHEAD=0: the package's
 binaries read ahead but each kernel loaded at its first use, as before the set-up thread loaded
-them), ``kdb-no-choices`` (a copy of the package without its choices and
+them), ``kdb-no-gc-freeze`` (MIOPY_GC_FREEZE=0: Python's collector not frozen after the
+handle's set-up), ``kdb-no-choices`` (a copy of the package without its choices and
 library calls, as packages were before them), ``kdb-no-programs`` (a copy of the package
 without the programs of its chosen solutions: each choice checked against its solver and its
 program made by the solver, as before packages carried programs), ``again`` (OpenCL: the
@@ -162,7 +163,21 @@ if profile != "-":  # the first iteration under cProfile (slower: figures of suc
 set_up = [getattr(h.backend, n, None) for n in ("_blas_thread", "_precheck_thread", "_warm_thread")]
 set_up.append(getattr(h, "_prefetch_thread", None))
 set_up_busy = any(t is not None and t.is_alive() for t in set_up)
+# Python's garbage collections during the first iteration: how many walked every generation, and
+# the time all of them took (MIOPY_GC_FREEZE: a handle with a package freezes what exists).
+import gc
+collections = {"full": 0, "s": 0.0, "started": 0.0}
+
+def on_gc(phase, info):
+    if phase == "start":
+        collections["started"] = time.perf_counter()
+    else:
+        collections["s"] += time.perf_counter() - collections["started"]
+        collections["full"] += info["generation"] == 2
+
+gc.callbacks.append(on_gc)
 t = time.perf_counter(); iteration(True); first = time.perf_counter() - t
+gc.callbacks.remove(on_gc)
 first_host = host["host_s"]
 if profile != "-":
     profiler.disable()
@@ -190,6 +205,8 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
                   "prechecked": getattr(h.backend, "library_prechecked", None),
                   "prefetched": getattr(h.kernel_cache, "prefetched", None),
                   "loaded_ahead": getattr(h, "kernels_loaded_ahead", None),
+                  "gc_full": collections["full"], "gc_s": collections["s"],
+                  "gc_frozen": gc.get_freeze_count(),
                   "ahead_used": getattr(h, "kernels_ahead_used", None),
                   "warm_host_s": warm_host[warm.index(min(warm))],
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
@@ -207,6 +224,7 @@ def _env(
         "MIOPY_LIBRARY_WARM_UP",
         "CUDA_MODULE_LOADING",
         "MIOPY_KERNEL_LOAD_AHEAD",
+        "MIOPY_GC_FREEZE",
     ):
         env.pop(name, None)
     if warm_up:
@@ -308,6 +326,7 @@ VARIANTS = {
     "again": ("package, PoCL cache warm", True, False, True, {}),
     "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
     "kdb-no-load-ahead": ("package, no load ahead", True, False, False, {"MIOPY_KERNEL_LOAD_AHEAD": "0"}),
+    "kdb-no-gc-freeze": ("package, no gc.freeze", True, False, False, {"MIOPY_GC_FREEZE": "0"}),
 }
 
 
@@ -418,7 +437,8 @@ def _line(r: dict) -> str:
         f"{'':24s} first iteration: choosing {r['choose_s']:.3f} s (find: timing, compiling included), "
         f"compiling {r['build_s']:.3f} s (summed over threads), loading kernels {r['load_s']:.3f} s, "
         f"vendor library calls {r['library_s']:.3f} s; runs that were no replay (the three before "
-        f"included) {r.get('unprepared_s', 0):.3f} s" + _set_up_note(r)
+        f"included) {r.get('unprepared_s', 0):.3f} s; garbage collections {r.get('gc_s', 0):.3f} s "
+        f"({r.get('gc_full')} full; {r.get('gc_frozen')} objects frozen)" + _set_up_note(r)
     )
 
 

@@ -188,6 +188,17 @@ def kernel_load_ahead() -> bool:
     return _env("KERNEL_LOAD_AHEAD") is None or _flag("KERNEL_LOAD_AHEAD")
 
 
+def gc_freeze() -> bool:
+    """MIOPY_GC_FREEZE (default on): a handle that found a kernel package calls ``gc.freeze()``
+    once its set-up thread has read and loaded the package, so that Python's full garbage
+    collections, which a network's first iteration triggers as it makes its solutions and
+    prepared calls, no longer walk every object the process made before (the imported modules,
+    the package's decoded programs): each such collection paused the first iteration for about
+    10 ms on an H200's host. The objects alive then are kept for the process's life (as after
+    any ``gc.freeze()``). 0 leaves the collector alone. Read when a handle is made."""
+    return _env("GC_FREEZE") is None or _flag("GC_FREEZE")
+
+
 def graph_single_library() -> bool:
     """MIOPY_GRAPH_SINGLE_LIBRARY (default off): a recorded run of one library call (cuBLAS,
     cuBLASLt) replays as a CUDA graph. Off, the call is made directly: on an H200 the graph's

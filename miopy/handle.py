@@ -4,6 +4,7 @@ compiles and runs solutions of any primitive; it knows neither the engine nor th
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import weakref
 from collections.abc import Callable
@@ -32,6 +33,19 @@ def register_output_scaling(primitive: str, hook: Callable[..., bool]) -> None:
     """Let ``hook`` run ``primitive``'s solutions given scalars that scale the output (it returns
     False, having done nothing, for the default scaling)."""
     _output_scaling[primitive] = hook
+
+
+_gc_frozen = threading.Event()  # set once a handle froze the collector (gc_freeze)
+
+
+def _freeze_gc() -> None:
+    """``gc.freeze()``, once per process (MIOPY_GC_FREEZE): what exists now is never walked by a
+    collection again, so the first iteration's full collections cost what it made, not what the
+    whole process holds."""
+    if not _gc_frozen.is_set():
+        _gc_frozen.set()
+        gc.freeze()
+        _log.debug("gc.freeze(): %d objects frozen", gc.get_freeze_count())
 
 
 class Handle:
@@ -98,6 +112,7 @@ class Handle:
                 packages = cache._files()[:-1]  # opened here: one set of files for both threads
         backend = self.backend
         load = config.kernel_load_ahead()
+        freeze = config.gc_freeze()
 
         def run() -> None:
             try:
@@ -114,6 +129,9 @@ class Handle:
                     self._load_ahead(list(cache._ahead.items())[:LOAD_AHEAD_MAX])
             except Exception as exc:  # the first iteration reads them itself
                 _log.debug("kernel package read-ahead failed (%s)", exc)
+            finally:
+                if freeze:
+                    _freeze_gc()
 
         thread = threading.Thread(target=run, name="miopy-kernel-prefetch", daemon=True)
         thread.start()

@@ -502,3 +502,25 @@ def test_a_kernel_loaded_ahead_is_not_used_for_another_source(installed, monkeyp
     solution = find.get_solutions(h, problems[0])[0]
     h.prepare_invoker(solution)
     assert h.kernels_ahead_used == 0 and h.kernel_cache.misses == len(solution.program.kernels)
+
+
+@pytest.mark.parametrize("knob, frozen", [(None, 1), ("0", 0)])
+def test_a_handle_with_a_package_freezes_the_collector_once(installed, monkeypatch, knob, frozen):
+    """MIOPY_GC_FREEZE (default on): once the set-up thread has read the package, gc.freeze() is
+    called, once per process; 0 leaves the collector alone."""
+    import gc
+    import threading
+
+    from miopy import handle as handle_module
+
+    if knob is None:
+        monkeypatch.delenv("MIOPY_GC_FREEZE", raising=False)
+    else:
+        monkeypatch.setenv("MIOPY_GC_FREEZE", knob)
+    calls: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append(1))
+    monkeypatch.setattr(handle_module, "_gc_frozen", threading.Event())
+    for _ in range(2):
+        h = Handle("opencl")
+        h._prefetch_thread.join()
+    assert len(calls) == frozen
