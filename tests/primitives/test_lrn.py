@@ -152,7 +152,8 @@ CPU_PROGRAM_SOLVERS = ("LrnDirect", "LrnCrossSlide")  # the solvers that choose 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_within_channel_cpu_kernels(ocl, dtype, monkeypatch):
     """PoCL's float8 within-channel kernels: lrn_*_within_rows_cpu (NCHW rows: blocks of 8 columns,
-    a partial last one, windows past both edges of the image) and lrn_*_within_channels_cpu (NHWC:
+    the last one moved back to end at the row's end; rows under 8, lane by lane; windows past both
+    edges of the image) and lrn_*_within_channels_cpu (NHWC:
     blocks of 8 channels, a partial last one), windows of 1 to 5 wider than the image; beta 0.75
     and 0.6; bands of 2 output rows (a work item's ring of window rows starts inside the image)."""
     from miopy.solvers.lrn import direct
@@ -160,7 +161,7 @@ def test_within_channel_cpu_kernels(ocl, dtype, monkeypatch):
 
     monkeypatch.setattr(direct, "BAND_ROWS", 2)
     rng = np.random.default_rng(29)
-    for layout, lens in (("NCHW", (2, 3, 5, 19)), ("NHWC", (2, 11, 4, 3))):
+    for layout, lens in (("NCHW", (2, 3, 5, 19)), ("NCHW", (1, 2, 3, 6)), ("NHWC", (2, 11, 4, 3))):
         x = TensorDesc(dtype, lens, layout=layout)
         for size, beta in ((1, 0.75), (4, 0.6), (5, 0.75)):
             for direction, save in (("F", True), ("F", False), ("B", False)):

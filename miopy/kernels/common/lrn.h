@@ -497,8 +497,14 @@ KERNEL void lrn_bwd_channels_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL d
     const int pad = (size - 1) / 2, hi = size - 1 - pad;          \
     const int Wr = (W + 7) / 8 * 8;                               \
     float tb[LRN_TB], ring[LRN_RING];                             \
-    lrn_zero_halo(tb, pad, Wr, hi);                               \
+    lrn_zero_halo(tb, pad, W, Wr - W + hi);                       \
     int next = hb0 - pad, slot = 0; /* the next row to sum, its slot */
+
+/* the block of 8 columns of a row that starts at w0, moved back to end at the row's end where it
+   would run past it (rows of 8 or more): every block is one vector load and store (the lanes of a
+   partial block went one by one: bf16 within-channel LRN took longer than fp32); the overlapped
+   columns are computed twice, to the same values */
+#define LRN_ROW_BLOCK(w0) ((w0) + 8 > W && W >= 8 ? W - 8 : (w0))
 
 /* the ring's slot := the window sums along the row of the terms now in tb */
 #define LRN_WITHIN_ROW_SUMS                                       \
@@ -557,17 +563,22 @@ KERNEL void lrn_fwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data
 #define LRN_TERMS_FWD                                                        \
     for(int w0 = 0; w0 < W; w0 += 8)                                         \
     {                                                                        \
-        const float8 v = lrn_lanes_f8(x, plane + (i64)next * W, w0, W);      \
-        vstore8(v * v, 0, tb + pad + w0);                                    \
+        const int wb = LRN_ROW_BLOCK(w0);                                    \
+        const float8 v = lrn_lanes_f8(x, plane + (i64)next * W, wb, W);      \
+        vstore8(v * v, 0, tb + pad + wb);                                    \
     }
         LRN_WITHIN_OUTPUT_ROW(LRN_TERMS_FWD)
 #undef LRN_TERMS_FWD
         const i64 row = plane + (i64)h * W;
-        for(int w0 = 0; w0 < W; w0 += 8)
+        /* the moved last block's input read before any store of the row (y may be x) */
+        const float8 xlast = lrn_lanes_f8(x, row, LRN_ROW_BLOCK(W - 1), W);
+        for(int w = 0; w < W; w += 8)
         {
+            const int w0 = LRN_ROW_BLOCK(w);
             const float8 rs = lrn_ring_sum(ring, size, Wr, w0);
             const float8 s = k + alpha / (area_h * lrn_area_w8(w0, W, pad, size)) * rs;
-            lrn_store_lanes_f8(y, row, w0, W, lrn_lanes_f8(x, row, w0, W) * LRN_POW8(s, -beta));
+            const float8 xv = w0 != w ? xlast : lrn_lanes_f8(x, row, w0, W);
+            lrn_store_lanes_f8(y, row, w0, W, xv * LRN_POW8(s, -beta));
             if(save)
                 lrn_store_lanes_f8(scale, row, w0, W, s);
         }
@@ -587,8 +598,9 @@ KERNEL void lrn_bwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, const GLOBA
         /* the partial block's missing lanes: scale 1, a term of 0 */
 #define LRN_TERMS_BWD                                                                                    \
     const i64 ra = plane + (i64)next * W;                                                                \
-    for(int w0 = 0; w0 < W; w0 += 8)                                                                     \
+    for(int wa = 0; wa < W; wa += 8)                                                                     \
     {                                                                                                    \
+        const int w0 = LRN_ROW_BLOCK(wa);                                                                \
         float8 sc8 = lrn_lanes_f8(scale, ra, w0, W);                                                     \
         sc8 = w0 + 8 <= W ? sc8 : select(sc8, (float8)(1.0f), lane >= W - w0);                           \
         vstore8(lrn_lanes_f8(dy, ra, w0, W) * lrn_lanes_f8(y, ra, w0, W) / sc8, 0, tb + pad + w0);       \
@@ -596,14 +608,21 @@ KERNEL void lrn_bwd_within_rows_cpu(const GLOBAL data_t* RESTRICT x, const GLOBA
         LRN_WITHIN_OUTPUT_ROW(LRN_TERMS_BWD)
 #undef LRN_TERMS_BWD
         const i64 row = plane + (i64)h * W;
-        for(int w0 = 0; w0 < W; w0 += 8)
+        /* the moved last block's inputs read before any store of the row (dx may be dy) */
+        const int wl = LRN_ROW_BLOCK(W - 1);
+        const float8 sc_last = lrn_lanes_f8(scale, row, wl, W), dy_last = lrn_lanes_f8(dy, row, wl, W);
+        const float8 x_last = lrn_lanes_f8(x, row, wl, W);
+        for(int w = 0; w < W; w += 8)
         {
-            float8 sc8 = lrn_lanes_f8(scale, row, w0, W);
+            const int w0 = LRN_ROW_BLOCK(w);
+            const int moved = w0 != w;
+            float8 sc8 = moved ? sc_last : lrn_lanes_f8(scale, row, w0, W);
             sc8 = w0 + 8 <= W ? sc8 : select(sc8, (float8)(1.0f), lane >= W - w0);
             const float8 factor = ab2 / (area_h * lrn_area_w8(w0, W, pad, size));
-            const float8 g = lrn_lanes_f8(dy, row, w0, W) * LRN_POW8(sc8, -beta);
+            const float8 g = (moved ? dy_last : lrn_lanes_f8(dy, row, w0, W)) * LRN_POW8(sc8, -beta);
             const float8 rs = lrn_ring_sum(ring, size, Wr, w0);
-            lrn_store_lanes_f8(dx, row, w0, W, g - factor * lrn_lanes_f8(x, row, w0, W) * rs);
+            const float8 xv = moved ? x_last : lrn_lanes_f8(x, row, w0, W);
+            lrn_store_lanes_f8(dx, row, w0, W, g - factor * xv * rs);
         }
     }
 }
