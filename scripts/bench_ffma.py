@@ -76,6 +76,41 @@ def grad(dy, x, w, stride: int, pad: int, direction: str):
     return out[0] if mask[0] else out[1]
 
 
+def problem_of(li: int, layout: str, direction: str) -> ConvProblem:
+    c, hw, k, f, st, pad = LAYERS[li - 1]
+    return ConvProblem.create(
+        TensorDesc("fp32", (BATCH, c, hw, hw), layout=layout),
+        TensorDesc("fp32", (k, c, f, f), layout=layout),
+        ConvDesc((pad, pad), (st, st)),
+        direction,
+    )
+
+
+def plan(handle, li: int, layout: str, direction: str, sweep: bool) -> list:
+    """The FFMA solutions of a case (the default config first; with ``sweep`` more on the 3x3
+    layers), then the first other applicable solver's (immediate mode's choice before FFMA)."""
+    problem = problem_of(li, layout, direction)
+    solver = SOLVERS[direction]
+    view = problem.conv_view()
+    default = solver.default_config(handle, view)
+    configs = [default]
+    if sweep and LAYERS[li - 1][3] == 3:
+        configs += [
+            {**cfg, "split_k": s}
+            for cfg in SWEEP
+            for s in (1, 2, 4, 8, 16, 32)
+            if solver.is_valid_config(handle, view, {**cfg, "split_k": s})
+            and {**cfg, "split_k": s} != default
+            and (s == 1 or grid_blocks(view, cfg) * s <= 8 * handle.info.compute_units)
+            and (s > 1 or direction != "W" or grid_blocks(view, cfg) >= handle.info.compute_units)
+        ][:12]
+    names = {x.name for x in SOLVERS.values()}
+    other = [s for s in applicable(handle, problem) if s.name not in names][0]
+    return [make_solution(handle, problem, solver, cfg) for cfg in configs] + [
+        make_solution(handle, problem, other)
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", default=",".join(str(i + 1) for i in range(len(LAYERS))))
@@ -86,6 +121,12 @@ def main() -> int:
     args = ap.parse_args()
     handle = handle_next_to_cudnn()
     be = handle.backend
+    plans = {}  # every solution first, built in one parallel pass
+    for li in map(int, args.layers.split(",")):
+        for layout in args.layouts.split(","):
+            for direction in args.directions:
+                plans[li, layout, direction] = plan(handle, li, layout, direction, args.sweep)
+    compile_all(handle, [s for sols in plans.values() for s in sols])
     results = []
     for li in map(int, args.layers.split(",")):
         c, hw, k, f, st, pad = LAYERS[li - 1]
@@ -101,12 +142,6 @@ def main() -> int:
             ]
             for direction in args.directions:
                 solver = SOLVERS[direction]
-                problem = ConvProblem.create(
-                    TensorDesc("fp32", (BATCH, c, hw, hw), layout=layout),
-                    TensorDesc("fp32", (k, c, f, f), layout=layout),
-                    ConvDesc((pad, pad), (st, st)),
-                    direction,
-                )
                 if direction == "F":
                     calls = [functools.partial(F.conv2d, x, w, stride=st, padding=pad) for x in xs]
                     ins = [{"x": be.wrap(x), "w": be.wrap(w)} for x in xs]
@@ -127,24 +162,8 @@ def main() -> int:
                 cudnn = device_us(calls, iters=ITERS)
                 outs = [torch.empty_like(r) for r in refs]
                 sets = [{**ins[i], out_role: be.wrap(outs[i])} for i in range(SETS)]
-                view = problem.conv_view()
-                default = solver.default_config(handle, view)
-                configs = [default]
-                if args.sweep and f == 3:
-                    configs += [
-                        {**cfg, "split_k": s}
-                        for cfg in SWEEP
-                        for s in (1, 2, 4, 8, 16, 32)
-                        if solver.is_valid_config(handle, view, {**cfg, "split_k": s})
-                        and {**cfg, "split_k": s} != default
-                        and (s == 1 or grid_blocks(view, cfg) * s <= 8 * handle.info.compute_units)
-                        and (s > 1 or direction != "W" or grid_blocks(view, cfg) >= handle.info.compute_units)
-                    ][:14]
-                sols = compile_all(handle, [make_solution(handle, problem, solver, cfg) for cfg in configs])
-                others = [
-                    s for s in applicable(handle, problem) if s.name not in {x.name for x in SOLVERS.values()}
-                ]
-                other = compile_all(handle, [make_solution(handle, problem, others[0])])
+                *sols, other = plans[li, layout, direction]
+                view = sols[0].problem.conv_view()
 
                 def facts(sol, view=view, name=solver.name):
                     if sol.solver != name:
@@ -156,7 +175,7 @@ def main() -> int:
                     }
 
                 timer = functools.partial(device_us, iters=ITERS)
-                rows = check_and_time(handle, [*sols, *other], sets, outs, refs, flops, facts, timer)
+                rows = check_and_time(handle, [*sols, other], sets, outs, refs, flops, facts, timer)
                 ffma_rows, other_row = rows[:-1], rows[-1]
                 best = min(ffma_rows, key=lambda r: r["us"])
                 entry = {
