@@ -25,6 +25,7 @@ from miopy.solvers.conv.implicit_gemm_ffma import (
     ConvIgemmFfmaBwd,
     ConvIgemmFfmaFwd,
     ConvIgemmFfmaWrw,
+    estimate_us,
     ffma_config,
     gemm_dims,
     grid_blocks,
@@ -98,14 +99,20 @@ def test_search_space_and_default(problem):
     assert solver.is_valid_config(CTX, view, default) and default in space
 
 
-def test_default_config_fills_the_device():
-    big = RESNET[0].conv_view()  # 100352 x 64 outputs: 784 blocks of 128 x 64, no split
+def test_default_config_follows_the_model():
+    big = RESNET[0].conv_view()  # 100352 x 64 outputs, 576 taps: 784 blocks of 128 x 64, no split
     assert FWD.default_config(CTX, big) == ffma_config(128, 64, 8, 8, 8)
-    wrw = make((32, 256, 14, 14), (256, 256, 3, 3), "W", pads=(1, 1))  # 256 x 2304 outputs, 36 blocks
+    layer = make((32, 128, 28, 28), (128, 128, 3, 3), pads=(1, 1))  # 25088 x 128 outputs
+    whole, half = ffma_config(128, 128, 8, 8, 8), ffma_config(128, 64, 8, 8, 8)
+    # 196 blocks of 128 x 128 leave 68 of 132 SMs one block: 392 of 128 x 64 spread evenly
+    assert estimate_us(CTX, layer, half) < estimate_us(CTX, layer, whole)
+    split = {**whole, "split_k": 4}
+    nhwc = make((32, 128, 28, 28), (128, 128, 3, 3), layouts=NHWC, pads=(1, 1))
+    assert estimate_us(CTX, nhwc, split) < estimate_us(CTX, layer, split)  # scattered NCHW partials
+    wrw = make((32, 256, 14, 14), (256, 256, 3, 3), "W", pads=(1, 1))  # 256 x 2304 outputs, 6272 pixels
     config = WRW.default_config(CTX, wrw)
-    assert config["bm"] == config["bn"] == 128 and config["split_k"] > 1
-    assert grid_blocks(wrw, config) * config["split_k"] * threads(config) >= 512 * 132
-    assert k_tiles(wrw, config) >= 8 * config["split_k"]
+    assert config["split_k"] > 1 and k_tiles(wrw, config) >= 8 * config["split_k"]
+    assert grid_blocks(wrw, config) * config["split_k"] >= 2 * 132
     few = make((1, 8, 4, 4), (8, 8, 3, 3), pads=(1, 1))  # 16 x 8 outputs, 72 taps: 9 slices, no split
     assert FWD.default_config(CTX, few) == ffma_config(32, 32, 8, 4, 4)
     small = support.fake_cuda_ctx(smem=2048, max_work_group_size=64)

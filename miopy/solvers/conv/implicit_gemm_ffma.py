@@ -37,17 +37,26 @@ DOMAIN: dict[str, tuple[int, ...]] = {
     "bk": (8, 16),  # reduction elements per shared-memory slice
     "tm": (4, 8),  # rows of a thread's register block
     "tn": (4, 8),  # columns of a thread's register block
-    "split_k": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),  # blocks sharing the reduction
+    "split_k": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),  # blocks sharing the reduction
 }
 FIELDS = tuple(DOMAIN)
 MIN_THREADS, MAX_THREADS = 64, 256
 MAX_GROUPS = 65535  # the grid's z
 SUM_THREADS = 256  # the work-group of the split's sum
 MIN_SLICE_TILES = 8  # shared slices of each part of a split reduction, at least
-# The default fills the device with at least this many threads per multiprocessor (two blocks of
-# 256 threads at about 128 registers each: what one H200 SM holds), splitting the reduction
-# before it shrinks the tile (an 8 x 8 register block either way; a larger tile loads less).
+# The search space splits the reduction where the unsplit grid has fewer threads than this per
+# multiprocessor (two blocks of 256 threads at about 128 registers each: what one H200 SM holds).
 FILL_THREADS_PER_CU = 512
+# estimate_us's constants, from the H200 (scripts/bench_ffma.py, ResNet-50 layers at batch 32,
+# 2026-11-23): a multiprocessor sustains about 0.25 TFLOP/s of these kernels (33 of the device's
+# 60 FFMA TFLOP/s) once it holds FULL_WARPS warps, proportionally less below; a split's partial
+# sums move at about 2.5 TB/s, three times slower where neighbouring threads own neighbouring
+# rows (the kernel's partial tiles are row-major: those stores are scattered).
+SM_FLOPS = 0.25e12
+FULL_WARPS = 12
+PARTIAL_BYTES_PER_S = 2.5e12
+SCATTERED_PARTIALS = 3.0
+RESIDENT_REGISTERS = 64 * 1024 // 128  # threads one SM holds at ~128 registers each
 NARROW_GEMM = 8  # GEMM rows or columns per group below which the solver defers (immediate mode)
 
 
@@ -56,6 +65,18 @@ def ffma_config(bm: int, bn: int, bk: int, tm: int, tn: int, split_k: int = 1) -
 
 
 FALLBACK = ffma_config(32, 32, 8, 4, 4)  # 64 threads, 2.3 KB of shared memory
+# the tiles default_config weighs (with every split); 8 x 8 register blocks but on 32-wide sides
+DEFAULT_TILES = (
+    ffma_config(128, 128, 8, 8, 8),
+    ffma_config(128, 64, 8, 8, 8),
+    ffma_config(64, 128, 8, 8, 8),
+    ffma_config(256, 64, 8, 8, 8),
+    ffma_config(64, 256, 8, 8, 8),
+    ffma_config(64, 64, 8, 8, 8),
+    ffma_config(128, 32, 8, 8, 4),
+    ffma_config(32, 128, 8, 4, 8),
+    ffma_config(32, 32, 8, 4, 4),
+)
 
 
 def threads(config: dict[str, int]) -> int:
@@ -89,6 +110,40 @@ def grid_blocks(problem: ConvProblem, config: dict[str, int]) -> int:
     """Blocks of one slice of the reduction, all groups."""
     rows, cols, _ = gemm_dims(problem)
     return -(-rows // config["bm"]) * -(-cols // config["bn"]) * problem.conv.groups
+
+
+def tile_efficiency(config: dict[str, int]) -> float:
+    """The share of SM_FLOPS a block shape reaches (H200, ResNet-50 3x3 layers, 2026-11-23): 8 x 8
+    register blocks on tiles of 8192 outputs or more 1, on 64 x 64 tiles (two warps) 0.8, 8 x 4
+    blocks 0.85, 4 x 4 blocks 0.7 (fewer products per value read from shared memory)."""
+    block = config["tm"] * config["tn"]
+    if block == 64:
+        return 1.0 if config["bm"] * config["bn"] >= 8192 else 0.8
+    return 0.85 if block == 32 else 0.7
+
+
+def estimate_us(ctx, problem: ConvProblem, config: dict[str, int]) -> float:
+    """A model of the kernel's time on ``problem``, for ranking configs: the busiest
+    multiprocessor's share of the blocks (whole blocks: wave quantisation), each a bm x bn tile
+    over its part of the reduction at SM_FLOPS times tile_efficiency (less with fewer than
+    FULL_WARPS resident warps),
+    plus a split's partial sums written, read and summed (PARTIAL_BYTES_PER_S, SCATTERED_PARTIALS
+    where the output tile's rows are the threads' fast axis)."""
+    rows, cols, reduction = gemm_dims(problem)
+    split = config["split_k"]
+    cus = compute_units(ctx)
+    t = threads(config)
+    blocks = grid_blocks(problem, config) * split
+    per_cu = -(-blocks // cus)
+    resident_warps = min(per_cu, max(1, RESIDENT_REGISTERS // t)) * t // 32
+    speed = SM_FLOPS * min(1.0, resident_warps / FULL_WARPS) * tile_efficiency(config)
+    block_flops = 2.0 * config["bm"] * config["bn"] * -(-reduction // split)
+    us = per_cu * block_flops / speed * 1e6
+    if split > 1:
+        moved = (2 * split + 1) * rows * cols * problem.conv.groups * 4
+        slow = SCATTERED_PARTIALS if defines(problem, config)["FF_OUT_MFAST"] else 1.0
+        us += moved / PARTIAL_BYTES_PER_S * slow * 1e6
+    return us
 
 
 def _pow2_cap(extent: int) -> int:
@@ -191,42 +246,20 @@ class _FfmaSolver(TunableSolver):
         return smem_bytes(config) <= smem_limit(ctx)
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """Tiles of 128 (else 64, else 32) rows and columns, no larger than the GEMM needs, with
-        8 x 8 register blocks (4 on a 32-wide side); where the grid has fewer than
-        FILL_THREADS_PER_CU threads per multiprocessor, the reduction split (each part keeping
-        MIN_SLICE_TILES slices) until it does, and where even that falls short, 64 x 64 tiles
-        split likewise. FALLBACK where shared memory or threads are short."""
-        rows, cols, _ = gemm_dims(problem)
-        want = FILL_THREADS_PER_CU * compute_units(ctx)
-
-        def side(extent: int) -> int:
-            return 128 if extent > 64 else 64 if extent > 32 else 32
-
-        bm, bn = side(rows), side(cols)
-        first = ffma_config(bm, bn, 8, 8 if bm > 32 else 4, 8 if bn > 32 else 4)
-        chain = [first]
-        if bm > 64 or bn > 64:
-            chain.append(ffma_config(min(bm, 64), min(bn, 64), 8, 8 if bm > 32 else 4, 8 if bn > 32 else 4))
-        for config in chain:
-            if not self.is_valid_config(ctx, problem, config):
-                continue
-            split = self._fill_split(ctx, problem, config, want)
-            if grid_blocks(problem, config) * split * threads(config) >= want or config is chain[-1]:
-                return {**config, "split_k": split}
-        return dict(FALLBACK)
-
-    def _fill_split(self, ctx, problem: ConvProblem, config: dict[str, int], want: int) -> int:
-        """The smallest split of DOMAIN whose grid has ``want`` threads, or the largest that keeps
-        MIN_SLICE_TILES slices per part; 1 where the unsplit grid already has them."""
-        blocks = grid_blocks(problem, config) * threads(config)
-        best = 1
-        for split in DOMAIN["split_k"]:
-            if blocks * best >= want:
-                break
-            if k_tiles(problem, config) < split * MIN_SLICE_TILES:
-                break
-            best = split
-        return best
+        """The valid config of DEFAULT_TILES x DOMAIN's splits (each part keeping MIN_SLICE_TILES
+        slices) that estimate_us puts first; FALLBACK where none is valid."""
+        best, best_us = None, float("inf")
+        for tile in DEFAULT_TILES:
+            for split in DOMAIN["split_k"]:
+                config = {**tile, "split_k": split}
+                if split > 1 and k_tiles(problem, config) < split * MIN_SLICE_TILES:
+                    break
+                if not self.is_valid_config(ctx, problem, config):
+                    continue
+                us = estimate_us(ctx, problem, config)
+                if us < best_us:
+                    best, best_us = config, us
+        return dict(best or FALLBACK)
 
     def search_space(self, ctx, problem: ConvProblem) -> Iterable[dict[str, Any]]:
         """Valid configs with tiles no larger than the next power of two of the GEMM's sides (at
