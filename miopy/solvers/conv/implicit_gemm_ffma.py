@@ -319,20 +319,20 @@ class _FfmaSolver(TunableSolver):
 
 class ConvIgemmFfmaFwd(_FfmaSolver):
     name = "ConvIgemmFfmaFwd"
-    id = 230  # no MIOpen counterpart; outside the range of its solver ids
+    id = 270  # no MIOpen counterpart; outside the range of its solver ids
     direction = Direction.FORWARD
     reads, writes = ("x", "w"), "y"
 
 
 class ConvIgemmFfmaBwd(_FfmaSolver):
     name = "ConvIgemmFfmaBwd"
-    id = 231
+    id = 271
     direction = Direction.BACKWARD_DATA
     reads, writes = ("y", "w"), "x"  # dy is role y (read), dx role x (written)
 
 
 class ConvIgemmFfmaWrw(_FfmaSolver):
     name = "ConvIgemmFfmaWrw"
-    id = 232
+    id = 272
     direction = Direction.BACKWARD_WEIGHTS
     reads, writes = ("y", "x"), "w"  # A = dy (K x pixels), B = x gathered (pixels x taps)
