@@ -47,7 +47,7 @@ from miopy.solvers.conv.winograd_fwd_tf32x3 import (
     ConvWinogradFwdF4x3Tf32x3,
 )
 from miopy.solvers.conv.winograd_wrw_tf32x3 import ConvWinogradWrwF2x3Tf32x3
-from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
+from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossRingChunk, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import (
     PoolingBwdCpu,
@@ -140,7 +140,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ReduceColumns(),
         ReduceGeneric(),
     ],
-    "lrn": [LrnChannelsChunk(), LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
+    "lrn": [LrnChannelsChunk(), LrnCrossRingChunk(), LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
     "layernorm": LAYERNORM_SOLVERS,
     "groupnorm": GROUPNORM_SOLVERS,
 }
