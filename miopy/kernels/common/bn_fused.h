@@ -610,19 +610,32 @@ KERNEL void __launch_bounds__(256)
         return;
     }
 #if NORM_VW > 1
+    /* a batch's x loads are issued before any coefficient's: the channels-last ones (computed
+       once, by the first batch) and the per-vector ones (other layouts) both wait on parameter
+       loads, which the x loads now overlap */
     const int nv = n / NORM_VW;
     float A[NORM_VW], D[NORM_VW];
-    if(kd == 1)
-        UNROLL
-        for(int e = 0; e < NORM_VW; ++e)
-            bnf_infer_coef(scale, bias, mean, var, (t * NORM_VW) % K + e, eps, &A[e], &D[e]);
     for(int v0 = t; v0 < nv; v0 += BNF_AU * gsz)
     {
         uint4 raw[BNF_AU];
+        float a[BNF_AU], d[BNF_AU];
         UNROLL
         for(int u = 0; u < BNF_AU; ++u)
             if(v0 + u * gsz < nv)
                 raw[u] = vec_ld16(x + (i64)(v0 + u * gsz) * NORM_VW);
+        if(kd == 1 && v0 == t)
+            UNROLL
+            for(int e = 0; e < NORM_VW; ++e)
+                bnf_infer_coef(scale, bias, mean, var, (t * NORM_VW) % K + e, eps, &A[e], &D[e]);
+        if(kd != 1)
+            UNROLL
+            for(int u = 0; u < BNF_AU; ++u)
+            {
+                const int v = v0 + u * gsz;
+                a[u] = d[u] = 0.0f;
+                if(v < nv)
+                    bnf_infer_coef(scale, bias, mean, var, (v * NORM_VW / kd) % K, eps, &a[u], &d[u]);
+            }
         UNROLL
         for(int u = 0; u < BNF_AU; ++u)
         {
@@ -632,13 +645,9 @@ KERNEL void __launch_bounds__(256)
                 float f[NORM_VW];
                 raw16_unpack(raw[u], f);
                 if(kd != 1)
-                {
-                    float a, d;
-                    bnf_infer_coef(scale, bias, mean, var, (v * NORM_VW / kd) % K, eps, &a, &d);
                     UNROLL
                     for(int e = 0; e < NORM_VW; ++e)
-                        f[e] = f[e] * a + d;
-                }
+                        f[e] = f[e] * a[u] + d[u];
                 else
                     UNROLL
                     for(int e = 0; e < NORM_VW; ++e)
