@@ -37,7 +37,9 @@ def required_bytes(solution: Any) -> dict[str, int]:
                 f"{need[role]} bytes ({problem.key()})"
             )
     to_user = problem.view_roles()
-    return {to_user.get(role, role): size for role, size in need.items()}
+    out = {to_user.get(role, role): size for role, size in need.items()}
+    out.update(solution.extra.get("extra_tensors") or {})  # e.g. a fused epilogue's bias
+    return out
 
 
 class CheckedInvoker:

@@ -264,10 +264,12 @@ class Handle:
     def prepare_invoker(self, solution: Solution) -> bounds.CheckedInvoker:
         """Compile the solution's kernels and build its invoker, cached by (primitive, invoker key
         (the network config with every tensor's strides), solver, config) as MIOpen's invoker
-        cache. The invoker checks, before each launch, that the buffers hold what its kernels
-        touch."""
+        cache (and the fused epilogue, ``extra["epilogue"]``, where there is one). The invoker
+        checks, before each launch, that the buffers hold what its kernels touch."""
         problem = solution.problem
         key = (problem.primitive, problem.invoker_key(), solution.solver, solution.config_key())
+        if solution.built and "epilogue" in solution.extra:
+            key = (*key, solution.extra["epilogue"])
         with self._lock:
             invoker = self._invokers.get(key)
         if invoker is None:
@@ -369,6 +371,11 @@ class Handle:
         for role, desc in descs.items():
             output = role in problem.outputs
             bufs[role], hosts[role] = self.buffer(tensors[role], desc.nbytes, role, desc, output)
+        # tensors the solution reads beyond its problem's (a fused epilogue's bias)
+        for role, nbytes in (solution.extra.get("extra_tensors") or {}).items():
+            if tensors.get(role) is None:
+                raise BadParm(f"tensors: missing {role} (the solution reads it)")
+            bufs[role], hosts[role] = self.buffer(tensors[role], nbytes, role)
         ws = owned = None
         if solution.workspace:
             if workspace is None:

@@ -54,6 +54,45 @@ def output_of(problem: ConvProblem, buffers: dict[str, np.ndarray]) -> np.ndarra
     return from_storage(view(buffers[role], desc), problem.dtype)
 
 
+def fused_ran(handle, solution, epilogue: str = "scale") -> bool:
+    """The handle built ``solution``'s invoker with the fused epilogue ``epilogue``
+    (miopy.solvers.conv.epilogue; the invoker cache key ends in its name): a call took the fused
+    path."""
+    return any(
+        len(key) == 5 and key[2] == solution.solver and key[3] == solution.config_key() and key[4] == epilogue
+        for key in handle._invokers
+    )
+
+
+def path_configs(solver, ctx, problem: ConvProblem, most: int = 4) -> list[dict]:
+    """The default config of ``solver`` and, from its search space, the first config of each other
+    way of writing the output (a cluster split, a split through the workspace, warp
+    specialization, stream-K, the fix-up of split partials), ``most`` in all."""
+    view = problem.solver_view()
+    out = [solver.default_config(ctx, view)]
+
+    def path(cfg: dict) -> tuple:
+        split = cfg.get("split_k", 1)
+        parts = cfg.get("parts", 1)
+        return (
+            split > 8,
+            1 < split <= 8,
+            cfg.get("ws", 0),
+            bool(cfg.get("sk", 0)),
+            cfg.get("fix", 0),
+            parts > 1,
+        )
+
+    seen = {path(out[0])}
+    for cfg in solver.search_space(ctx, view):
+        if len(out) >= most:
+            break
+        if path(cfg) not in seen:
+            seen.add(path(cfg))
+            out.append(cfg)
+    return out
+
+
 def check(handle, solution, rng: np.random.Generator | None = None) -> float:
     """Run ``solution`` on random data; return the error, asserting it is within tolerance."""
     rng = rng or np.random.default_rng(0)

@@ -31,6 +31,7 @@ from miopy.functional.conv import (
     conv_transpose3d,
     conv_weight_grad,
 )
+from miopy.functional.conv_fused import conv_bias_activation_forward
 from miopy.functional.core import clear_plans, default_handle
 from miopy.functional.lrn import local_response_norm, lrn_forward, lrn_grad
 from miopy.functional.norm import (
@@ -59,6 +60,7 @@ __all__ = [
     "batch_norm",
     "batch_norm_forward",
     "batch_norm_grad",
+    "conv_bias_activation_forward",
     "clear_plans",
     "conv2d",
     "conv3d",

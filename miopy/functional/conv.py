@@ -115,6 +115,23 @@ def _run_conv(
     """Plan (cached) and run one direction; ``ops`` holds the two inputs; the output is made here
     in ``like``'s kind and layout, or is ``out`` (then out = alpha * result + beta * out)."""
     scalars = _scaling(alpha, beta, out)
+    h, made, tensors, result = plan_conv(direction, ops, out_role, out_lens, params, handle, like, out)
+    core.run(h, made, tensors, scalars)
+    return result
+
+
+def plan_conv(
+    direction: Direction,
+    ops: dict[str, arrays.Operand],
+    out_role: str,
+    out_lens: tuple[int, ...] | None,
+    params: tuple,
+    handle: Handle | None,
+    like: arrays.Operand,
+    out: Any = None,
+) -> tuple[Handle, core.Plan, dict[str, arrays.Operand], Any]:
+    """The handle, the cached plan of one direction, the operands by role (the output made here
+    in ``like``'s kind and layout, or ``out``) and the output array, nothing run yet."""
     given = None if out is None else _out_operand(out, like)
     if given is not None and out_lens is not None and given.desc.lens != out_lens:
         raise bad("out", f"array of shape {given.desc.lens}", f"expected shape {out_lens}")
@@ -150,8 +167,7 @@ def _run_conv(
         target = arrays.operand(result, out_role)
     tensors = dict(ops)
     tensors[out_role] = target
-    core.run(h, made, tensors, scalars)
-    return result
+    return h, made, tensors, result
 
 
 def _add_bias(y: Any, bias: Any, dims: int) -> Any:

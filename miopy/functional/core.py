@@ -117,12 +117,18 @@ def clear_plans(handle: Handle | None = None) -> None:
             _plans.pop(handle, None)
 
 
-def run(handle: Handle, made: Plan, tensors: dict[str, Operand], scalars: dict | None = None) -> None:
-    """Run the plan's solution on the operands by role, on the handle's stream (the current
-    PyTorch stream for CUDA tensors)."""
+def run(
+    handle: Handle,
+    made: Plan,
+    tensors: dict[str, Operand],
+    scalars: dict | None = None,
+    solution: Solution | None = None,
+) -> None:
+    """Run the plan's solution (or ``solution``, one derived from it: a fused epilogue) on the
+    operands by role, on the handle's stream (the current PyTorch stream for CUDA tensors)."""
     args = {role: op.arg for role, op in tensors.items()}
     with _stream_of(handle, tensors.values()):
-        handle.run_solution(made.solution, args, None, scalars)
+        handle.run_solution(solution or made.solution, args, None, scalars)
 
 
 class _stream_of:

@@ -29,6 +29,11 @@ class Solver:
     # integers set 2**31 - 1, so a problem past it goes to another solver instead of wrapping
     # an index (and writing outside a buffer). None: no such limit.
     max_elements: ClassVar[int | None] = None
+    # A fused conv epilogue (miopy.solvers.conv.epilogue): the kernel files whose kernels take
+    # its arguments and make every write of the output (none: the solver has no fused epilogue),
+    # and whether a per-output-channel bias applies (forward).
+    epilogue_files: ClassVar[frozenset[str]] = frozenset()
+    epilogue_bias: ClassVar[bool] = False
 
     def is_applicable(self, ctx: Handle, problem: Problem) -> str | None:
         """None when applicable, else the reason it is not (logged at debug level)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import conv_problem, output_of, random_buffers
+from support import conv_problem, fused_ran, output_of, path_configs, random_buffers
 
 from miopy import backends
 from miopy.engine.candidates import applicable, make_solution
@@ -17,16 +17,19 @@ from miopy.reference.tolerance import tolerance
 SCALINGS = [(1.0, 0.0), (2.0, 0.0), (0.5, 1.5)]
 
 
-def _check_scaled(handle, solution, alpha: float, beta: float, seed: int = 0) -> None:
+def _check_scaled(handle, solution, alpha: float, beta: float, seed: int = 0, nan_out: bool = False) -> None:
+    """``nan_out``: the old output is NaN (beta must be 0: it is never read, as in MIOpen)."""
     problem = solution.problem
     rng = np.random.default_rng(seed)
     bufs = random_buffers(problem, rng)
     role = problem.output_role
     desc = problem.tensors()[role]
     before = rng.uniform(-1, 1, desc.lens).astype(np.float32)
+    if nan_out:
+        before[...] = np.nan
     bufs[role] = store_logical(before, desc)
     prior = output_of(problem, bufs).astype(np.float64)  # the stored (rounded) old output
-    expected = alpha * conv_reference_buffers(problem, bufs) + beta * prior
+    expected = alpha * conv_reference_buffers(problem, bufs) + (beta * prior if beta else 0.0)
     scalars = None if (alpha, beta) == (1.0, 0.0) else {"alpha": alpha, "beta": beta}
     solution.run(handle, bufs, scalars=scalars)
     got = output_of(problem, bufs)
@@ -144,4 +147,41 @@ def test_alpha_beta_on_cuda(dtype, layout):
             _check_scaled(cuda, get_solutions(cuda, p)[0], alpha, beta, seed=11)
     p = conv_problem(dtype, (1, 8, 5, 5), (8, 8, 1, 1), "F", (layout,) * 3)
     for solver in applicable(cuda, p):
-        _check_scaled(cuda, make_solution(cuda, p, solver), 0.5, 1.5, seed=12)
+        solution = make_solution(cuda, p, solver)
+        _check_scaled(cuda, solution, 0.5, 1.5, seed=12)
+        assert fused_ran(cuda, solution) == bool(solver.epilogue_files), (
+            f"{solver.name}: fused or not as declared"
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_CUDA_WHY is not None, reason=f"cuda unavailable: {_CUDA_WHY}")
+@pytest.mark.parametrize(
+    "dtype,layout,direction",
+    [
+        *((d, "NHWC", dr) for d in ("fp16", "bf16") for dr in "FBW"),
+        *(("fp32", ly, dr) for ly in ("NCHW", "NHWC") for dr in "FB"),
+    ],
+)
+def test_fused_alpha_beta_on_cuda(dtype, layout, direction):
+    """Each solver with a fused epilogue (epilogue_files) that takes the problem, on each of its
+    ways of writing the output (support.path_configs; bf16 the default config alone): the scale
+    over a NaN output (never read) and the blend, computed by the kernels (the fused path)."""
+    from miopy.handle import Handle
+
+    cuda = Handle("cuda")
+    shapes = {
+        "F": ((2, 128, 8, 8), (64, 128, 3, 3)),
+        "B": ((2, 64, 8, 8), (128, 64, 3, 3)),
+        "W": ((4, 64, 16, 16), (64, 64, 3, 3)),
+    }
+    p = conv_problem(dtype, *shapes[direction], direction, (layout,) * 3, pads=(1, 1))
+    solvers = [s for s in applicable(cuda, p) if s.epilogue_files]
+    # fp16 / bf16: the mma.sync and the wgmma kernels; fp32: the 3xTF32 one
+    assert len(solvers) >= (1 if dtype == "fp32" else 2), [s.name for s in solvers]
+    for solver in solvers:
+        for cfg in path_configs(solver, cuda, p, 1 if dtype == "bf16" else 4):
+            solution = make_solution(cuda, p, solver, cfg)
+            _check_scaled(cuda, solution, 2.0, 0.0, seed=21, nan_out=True)
+            _check_scaled(cuda, solution, 0.5, 1.5, seed=22)
+            assert fused_ran(cuda, solution), f"{solver.name} {cfg}: not the fused path"

@@ -11,6 +11,7 @@
 #define MIOPY_IGEMM_CORE_H
 
 #include "common/mma_sm80.h"
+#include "common/conv_epilogue.h"
 
 /* A fragments of k-step `ks` from an m-major tile (rows m, RC chunks of j). */
 template <int MI, int RC>
@@ -163,7 +164,7 @@ DEVICE_FN void mma_mainloop(int nkt, LoadTile& load_tile, LoadFrags& load_frags,
    (the caller's main loop has finished with it). */
 template <int BM, int BN, int THREADS, int MI, int NI, bool SPLIT, class RowOff>
 DEVICE_FN void store_tile(uint4* smem, const float (&acc)[MI][NI][4], int wm0, int wn0, int lane, int tid,
-                          int cols_left, data_t* RESTRICT out, float* RESTRICT part, RowOff& row_off)
+                          int cols_left, data_t* RESTRICT out, float* RESTRICT part, RowOff& row_off EPI_PARAM)
 {
     constexpr int PITCH = BN + 8; /* epilogue tile row, in elements */
     int* offs = reinterpret_cast<int*>(reinterpret_cast<char*>(smem) + BM * PITCH * 2);
@@ -213,13 +214,13 @@ DEVICE_FN void store_tile(uint4* smem, const float (&acc)[MI][NI][4], int wm0, i
     {
         const int off = offs[row];
         if(off >= 0)
-            *reinterpret_cast<uint4*>(out + off + ch * 8) = smem[(row * PITCH) / 8 + ch];
+            EPI_STORE8(out + off + ch * 8, smem[(row * PITCH) / 8 + ch]);
     }
 }
 
 /* out[e] = the sum of SPLIT fp32 partial slices of `total` elements, 8 per thread. */
 template <int SPLIT>
-DEVICE_FN void splitk_sum(const float* RESTRICT ws, data_t* RESTRICT out, i64 total)
+DEVICE_FN void splitk_sum(const float* RESTRICT ws, data_t* RESTRICT out, i64 total EPI_PARAM)
 {
     const i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if(e >= total)
@@ -236,6 +237,7 @@ DEVICE_FN void splitk_sum(const float* RESTRICT ws, data_t* RESTRICT out, i64 to
         v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
         v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
     }
+    EPI_F32(v, out + e);
     uint4 o;
     o.x = pack2(v[0], v[1]);
     o.y = pack2(v[2], v[3]);
@@ -282,7 +284,7 @@ DEVICE_FN float4 cluster_ld4(u32 addr)
    themselves (BM rows of BN + 4 floats at `smem`): every thread of every block of the cluster
    calls it; each block sums its share of the rows over the cluster's tiles into `out`. */
 template <int BM, int BN, int THREADS, int SPLIT, class RowOff>
-DEVICE_FN void cluster_sum_tile(uint4* smem, int tid, int cols_left, data_t* RESTRICT out, RowOff& row_off)
+DEVICE_FN void cluster_sum_tile(uint4* smem, int tid, int cols_left, data_t* RESTRICT out, RowOff& row_off EPI_PARAM)
 {
     constexpr int PITCH = BN + 4; /* floats */
     constexpr int RC = BN / 8;    /* 8-column chunks per row */
@@ -309,6 +311,7 @@ DEVICE_FN void cluster_sum_tile(uint4* smem, int tid, int cols_left, data_t* RES
             v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
             v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
         }
+        EPI_F32(v, out + off + ch * 8);
         uint4 o;
         o.x = pack2(v[0], v[1]);
         o.y = pack2(v[2], v[3]);
@@ -325,7 +328,7 @@ DEVICE_FN void cluster_sum_tile(uint4* smem, int tid, int cols_left, data_t* RES
    thread of every block of the cluster must call it (two cluster barriers). */
 template <int BM, int BN, int THREADS, int MI, int NI, int SPLIT, class RowOff>
 DEVICE_FN void cluster_store_tile(uint4* smem, const float (&acc)[MI][NI][4], int wm0, int wn0, int lane, int tid,
-                                  int cols_left, data_t* RESTRICT out, RowOff& row_off)
+                                  int cols_left, data_t* RESTRICT out, RowOff& row_off EPI_PARAM)
 {
     constexpr int PITCH = BN + 4; /* floats */
     float* tile = reinterpret_cast<float*>(smem);
@@ -339,7 +342,7 @@ DEVICE_FN void cluster_store_tile(uint4* smem, const float (&acc)[MI][NI][4], in
             *reinterpret_cast<float2*>(tile + row * PITCH + col) = make_float2(acc[i][j][0], acc[i][j][1]);
             *reinterpret_cast<float2*>(tile + (row + 8) * PITCH + col) = make_float2(acc[i][j][2], acc[i][j][3]);
         }
-    cluster_sum_tile<BM, BN, THREADS, SPLIT>(smem, tid, cols_left, out, row_off);
+    cluster_sum_tile<BM, BN, THREADS, SPLIT>(smem, tid, cols_left, out, row_off EPI_ARG);
 }
 
 #endif

@@ -24,6 +24,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=3 -DIG_BM=64 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_G=4 -DIG_SPLIT_K=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DMIOPY_EPI=1 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DIG_SPLIT_K=3 -DIG_BM=64 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=3 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1 -DIG_RSTEP=1 -DIG_SSTEP=2
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -66,7 +68,7 @@ static_assert(IGEMM_CLUSTER_BYTES(IG_BM, IG_BN) <= 227 * 1024, "the cluster's pa
 #endif
 
 KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
-    igemm_bwd(const data_t* RESTRICT dy, const data_t* RESTRICT w, data_t* RESTRICT dx, float* RESTRICT ws)
+    igemm_bwd(const data_t* RESTRICT dy, const data_t* RESTRICT w, data_t* RESTRICT dx, float* RESTRICT ws EPI_KERNEL_PARAMS)
 {
     extern __shared__ __align__(128) uint4 smem[];
     const int tid = threadIdx.x;
@@ -76,6 +78,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     dy += g * IG_K; /* this group's channels of dy and dx, its run of filter rows */
     w += (i64)g * IG_K * IG_R * IG_S * IG_C;
     dx += g * IG_C;
+    EPI_SETUP(dx, g * IG_C, IG_XC);
     const int m0 = (bid / IG_TILES_N) * IG_BM;
     const int n0 = (bid % IG_TILES_N) * IG_BN;
 
@@ -184,15 +187,16 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     };
 #if IG_CLUSTER
     cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
-                                                                         IG_C - n0, dx, row_off);
+                                                                         IG_C - n0, dx, row_off EPI_ARG);
 #else
     store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, (IG_SPLIT_K > 1)>(
-        smem, acc, wm0, wn0, lane, tid, IG_C - n0, dx, ws + (i64)blockIdx.z * IG_NPIX * IG_XC + g * IG_C, row_off);
+        smem, acc, wm0, wn0, lane, tid, IG_C - n0, dx, ws + (i64)blockIdx.z * IG_NPIX * IG_XC + g * IG_C, row_off EPI_ARG);
 #endif
 }
 
 /* Split-K: dx = the sum of the IG_SPLIT_K fp32 partial results, 8 channels per thread. */
-KERNEL void igemm_bwd_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dx)
+KERNEL void igemm_bwd_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dx EPI_KERNEL_PARAMS)
 {
-    splitk_sum<IG_SPLIT_K>(ws, dx, (i64)IG_NPIX * IG_XC);
+    EPI_SETUP(dx, 0, IG_XC);
+    splitk_sum<IG_SPLIT_K>(ws, dx, (i64)IG_NPIX * IG_XC EPI_ARG);
 }

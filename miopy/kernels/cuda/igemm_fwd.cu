@@ -32,6 +32,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_BM=256 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=4 -DIG_WARPS_N=2 -DIG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_G=4 -DIG_SPLIT_K=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_G=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=3 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_BM=64 -DIG_BN=64 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DMIOPY_EPI=1 -DMIOPY_EPI_ACT=8 -DIG_SPLIT_K=2 -DIG_G=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -72,7 +74,7 @@ static_assert(IG_SMEM_CHUNKS * 16 <= 227 * 1024, "at most 227 KB of shared memor
 #endif
 
 KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
-    igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws)
+    igemm_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws EPI_KERNEL_PARAMS)
 {
     extern __shared__ __align__(128) uint4 smem[]; /* IG_SMEM_CHUNKS, given at launch */
     const int tid = threadIdx.x;
@@ -82,6 +84,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     x += g * IG_C; /* this group's channels of x and y, its run of filter rows */
     w += (i64)g * IG_K * IG_KD;
     y += g * IG_K;
+    EPI_SETUP(y, g * IG_K, IG_YK);
     const int m0 = (bid / IG_TILES_N) * IG_BM;
     const int n0 = (bid % IG_TILES_N) * IG_BN;
     const u32 smem_base = smem_addr(smem);
@@ -153,7 +156,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     /* ---- cluster split-K: the slices sum through distributed shared memory into y ---- */
     auto row_off = [&](int row) -> int { return m0 + row < IG_M ? (m0 + row) * IG_YK + n0 : -1; };
     cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
-                                                                         IG_K - n0, y, row_off);
+                                                                         IG_K - n0, y, row_off EPI_ARG);
 #elif IG_SPLIT_K > 1
     /* ---- split-K epilogue: fp32 partial sums to the workspace, slice blockIdx.y ---- */
     float* part = ws + (i64)blockIdx.y * IG_M * IG_YK + g * IG_K; /* laid out as y */
@@ -197,13 +200,14 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
         const int m = m0 + row;
         const int k = n0 + ch * 8;
         if(m < IG_M && k < IG_K)
-            *reinterpret_cast<uint4*>(y + ((i64)m * IG_YK + k)) = smem[(row * IG_PITCH) / 8 + ch];
+            EPI_STORE8(y + ((i64)m * IG_YK + k), smem[(row * IG_PITCH) / 8 + ch]);
     }
 #endif
 }
 
 /* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */
-KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y)
+KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y EPI_KERNEL_PARAMS)
 {
-    splitk_sum<IG_SPLIT_K>(ws, y, (i64)IG_M * IG_YK);
+    EPI_SETUP(y, 0, IG_YK);
+    splitk_sum<IG_SPLIT_K>(ws, y, (i64)IG_M * IG_YK EPI_ARG);
 }

@@ -28,9 +28,12 @@
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_BM=256 -DTX_BN=128 -DTX_BK=32 -DTX_WARPS_M=4 -DTX_WARPS_N=2 -DTX_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_OUT_NCHW=1 -DTX_SPLIT_K=2 -DTX_BM=64 -DTX_BN=64 -DTX_BK=32 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=3 -DTX_OUT_NCHW=1 -DTX_SPLIT_K=2 -DTX_BM=64 -DTX_BN=64 -DTX_BK=32 -DTX_WARPS_M=2 -DTX_WARPS_N=2 -DTX_STAGES=3
+// miopy-compile-test: -DMIOPY_DTYPE=0 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=8
 // miopy-compile-test: -DMIOPY_DTYPE=0 -DTX_N=3 -DTX_C=12 -DTX_H=9 -DTX_W=11 -DTX_K=20 -DTX_R=2 -DTX_S=3 -DTX_P=4 -DTX_Q=5 -DTX_PH=1 -DTX_PW=0 -DTX_SH=2 -DTX_SW=2 -DTX_DH=2 -DTX_DW=1
 
 #include "common/mma_tf32x3.h"
+#include "common/conv_epilogue.h"
 
 #if MIOPY_DTYPE != 0
 #error "the 3xTF32 kernels are for fp32 (MIOPY_DTYPE 0)"
@@ -95,8 +98,9 @@ static_assert(TX_STAGES * TX_STAGE_BYTES <= 227 * 1024, "at most 227 KB of share
 
 KERNEL void __launch_bounds__(TX_THREADS)
     igemm_fwd_tf32x3(const float* RESTRICT x, i64 x_off, const float* RESTRICT w, i64 w_off, float* RESTRICT y,
-                     i64 y_off, float* RESTRICT part, i64 part_off)
+                     i64 y_off, float* RESTRICT part, i64 part_off EPI_KERNEL_PARAMS)
 {
+    EPI_SETUP(y + y_off, 0, TX_K);
     extern __shared__ __align__(128) uint4 smem[]; /* TX_STAGES stages, given at launch */
     x += x_off;
     w += w_off;
@@ -196,6 +200,15 @@ KERNEL void __launch_bounds__(TX_THREADS)
                 const int k = n0 + wn0 + j * 8 + (lane & 3) * 2;
                 if(k >= TX_K)
                     continue;
+#if MIOPY_EPI
+                if(!split)
+                {
+                    const i64 at = TX_NCHW ? (i64)k * (TX_P * TX_Q) : (i64)row * TX_K + k;
+                    const i64 next = TX_NCHW ? (i64)(TX_P * TX_Q) : 1;
+                    EPI_VALUE(acc[i][j][2 * h], k, (TX_NCHW ? plane : out) + at);
+                    EPI_VALUE(acc[i][j][2 * h + 1], k + 1, (TX_NCHW ? plane : out) + at + next);
+                }
+#endif
                 if(TX_NCHW && !split)
                 {
                     plane[(i64)k * (TX_P * TX_Q)] = acc[i][j][2 * h];
@@ -209,8 +222,10 @@ KERNEL void __launch_bounds__(TX_THREADS)
 }
 
 /* Split-K: y = the sum of the TX_SPLIT_K partial outputs (NHWC order), 4 channels per thread. */
-KERNEL void tf32x3_splitk_sum(const float* RESTRICT part, i64 part_off, float* RESTRICT y, i64 y_off)
+KERNEL void tf32x3_splitk_sum(const float* RESTRICT part, i64 part_off, float* RESTRICT y,
+                              i64 y_off EPI_KERNEL_PARAMS)
 {
+    EPI_SETUP(y + y_off, 0, TX_K);
     const i64 total = (i64)TX_M * TX_K;
     const i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if(e >= total)
@@ -223,6 +238,20 @@ KERNEL void tf32x3_splitk_sum(const float* RESTRICT part, i64 part_off, float* R
         const float4 u = p[s * (total / 4)];
         v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
     }
+#if MIOPY_EPI
+    {
+        const int k = (int)(e % TX_K); /* v.x is channel k of row e / TX_K; v.w channel k + 3 */
+        const i64 row = e / TX_K;
+        const i64 img = row / (TX_P * TX_Q);
+        const float* at = TX_NCHW ? y + y_off + (img * TX_K + k) * (TX_P * TX_Q) + (row - img * (TX_P * TX_Q))
+                                  : y + y_off + e;
+        const i64 next = TX_NCHW ? (i64)(TX_P * TX_Q) : 1;
+        EPI_VALUE(v.x, k, at);
+        EPI_VALUE(v.y, k + 1, at + next);
+        EPI_VALUE(v.z, k + 2, at + 2 * next);
+        EPI_VALUE(v.w, k + 3, at + 3 * next);
+    }
+#endif
 #if TX_NCHW
     const i64 row = e / TX_K;
     const int k = (int)(e - row * TX_K);

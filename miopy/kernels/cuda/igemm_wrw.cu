@@ -24,6 +24,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_SPLIT_K=6 -DIG_CLUSTER=1 -DIG_BM=128 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=1 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DIG_G=4 -DIG_SPLIT_K=2 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_G=3 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_N=2 -DIG_C=16 -DIG_H=9 -DIG_W=7 -DIG_K=24 -DIG_R=3 -DIG_S=3 -DIG_P=9 -DIG_Q=7 -DIG_PH=1 -DIG_PW=1 -DIG_SH=1 -DIG_SW=1 -DIG_DH=1 -DIG_DW=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DMIOPY_EPI=1 -DIG_SPLIT_K=6 -DIG_CLUSTER=1 -DIG_BM=128 -DIG_BN=64 -DIG_BK=32 -DIG_WARPS_M=4 -DIG_WARPS_N=1 -DIG_STAGES=4 -DIG_FRAG_BUFS=2
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DIG_SPLIT_K=8 -DIG_BM=128 -DIG_BN=128 -DIG_BK=64 -DIG_WARPS_M=2 -DIG_WARPS_N=2 -DIG_STAGES=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* This kernel's tile defaults, only so that the file compiles on its own (the CUDA compile test;
@@ -66,7 +68,7 @@ static_assert(IGEMM_CLUSTER_BYTES(IG_BM, IG_BN) <= 227 * 1024, "the cluster's pa
 #endif
 
 KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
-    igemm_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws)
+    igemm_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws EPI_KERNEL_PARAMS)
 {
     extern __shared__ __align__(128) uint4 smem[];
     const int tid = threadIdx.x;
@@ -76,6 +78,7 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     x += g * IG_C; /* this group's channels of x and dy, its run of dw rows */
     dy += g * IG_K;
     dw += (i64)g * IG_K * IG_RSC;
+    EPI_SETUP(dw, 0, IG_RSC);
     const int m0 = (bid / IG_TILES_N) * IG_BM;
     const int n0 = (bid % IG_TILES_N) * IG_BN;
     const int kt0 = (int)((long long)blockIdx.y * IG_KT / IG_SPLIT_K);
@@ -144,16 +147,17 @@ KERNEL void __launch_bounds__(IG_THREADS) IG_CLUSTER_DIMS
     auto row_off = [&](int row) -> int { return m0 + row < IG_K ? (m0 + row) * IG_RSC + n0 : -1; };
 #if IG_CLUSTER
     cluster_store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, IG_SPLIT_K>(smem, acc, wm0, wn0, lane, tid,
-                                                                         IG_RSC - n0, dw, row_off);
+                                                                         IG_RSC - n0, dw, row_off EPI_ARG);
 #else
     store_tile<IG_BM, IG_BN, IG_THREADS, IG_MI, IG_NI, (IG_SPLIT_K > 1)>(
         smem, acc, wm0, wn0, lane, tid, IG_RSC - n0, dw, ws + (i64)blockIdx.y * IG_G * IG_K * IG_RSC + (i64)g * IG_K * IG_RSC,
-        row_off);
+        row_off EPI_ARG);
 #endif
 }
 
 /* Split-K: dw = the sum of the IG_SPLIT_K fp32 partial results, 8 taps per thread. */
-KERNEL void igemm_wrw_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dw)
+KERNEL void igemm_wrw_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dw EPI_KERNEL_PARAMS)
 {
-    splitk_sum<IG_SPLIT_K>(ws, dw, (i64)IG_G * IG_K * IG_RSC);
+    EPI_SETUP(dw, 0, IG_RSC);
+    splitk_sum<IG_SPLIT_K>(ws, dw, (i64)IG_G * IG_K * IG_RSC EPI_ARG);
 }

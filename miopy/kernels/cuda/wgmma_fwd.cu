@@ -53,6 +53,9 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DWG_SK=132
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=2 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=3 -DWG_SK=132 -DWG_B_MN=1
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=3 -DWG_B_MN=1 -DIG_C=40 -DIG_K=72 -DIG_PH=-1 -DIG_PW=-1 -DIG_DH=-1 -DIG_DW=-1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=3 -DWG_WS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=4 -DWG_SK=132
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=7 -DWG_WS=1 -DWG_BM=192 -DWG_BN=64 -DWG_STAGES=5 -DIG_SPLIT_K=2 -DIG_CLUSTER=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=5 -DIG_SPLIT_K=3
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -216,8 +219,9 @@ DEVICE_FN u32 wg_init_bars(u32 base, int tid)
 DEVICE_FN void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(IG_THREADS) : "memory"); }
 
 KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
-    wgmma_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws)
+    wgmma_fwd(const data_t* RESTRICT x, const data_t* RESTRICT w, data_t* RESTRICT y, float* RESTRICT ws EPI_KERNEL_PARAMS)
 {
+    EPI_SETUP(y, 0, IG_K);
     /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
        at the first 1024-byte boundary (the swizzle's period) */
     extern __shared__ __align__(1024) uint4 smem_raw[];
@@ -531,7 +535,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
                     const int m = m0 + r;
                     const int k = n0 + ch * 8;
                     if(m < WG_M && k < IG_K)
-                        *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = staged[(r * PITCH) / 8 + ch];
+                        EPI_STORE8(y + ((i64)m * IG_K + k), staged[(r * PITCH) / 8 + ch]);
                 }
                 consumers_sync(); /* the staging tile is free for the next segment */
             }
@@ -612,7 +616,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
             }
         }
         auto row_off = [&](int row) -> int { return m0 + row < WG_M ? (m0 + row) * IG_K + n0 : -1; };
-        cluster_sum_tile<WG_BM, WG_BN, WG_THREADS, IG_SPLIT_K>(smem, tid, IG_K - n0, y, row_off);
+        cluster_sum_tile<WG_BM, WG_BN, WG_THREADS, IG_SPLIT_K>(smem, tid, IG_K - n0, y, row_off EPI_ARG);
     }
 #else
     /* ---- epilogue: the consumers' fragments rounded into shared memory, then every thread
@@ -640,7 +644,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
             const int m = m0 + row;
             const int k = n0 + ch * 8;
             if(m < WG_M && k < IG_K)
-                *reinterpret_cast<uint4*>(y + ((i64)m * IG_K + k)) = smem[(row * PITCH) / 8 + ch];
+                EPI_STORE8(y + ((i64)m * IG_K + k), smem[(row * PITCH) / 8 + ch]);
         }
     }
 #endif /* IG_CLUSTER */
@@ -696,17 +700,18 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
     auto row_off = [&](int row) -> int { return m0 + row < WG_M ? (m0 + row) * IG_K + n0 : -1; };
 #if IG_CLUSTER
     cluster_store_tile<WG_BM, WG_BN, IG_THREADS, 1, IG_NI, IG_SPLIT_K>(smem, frag, wm0, 0, lane, tid, IG_K - n0, y,
-                                                                      row_off);
+                                                                      row_off EPI_ARG);
 #else
     float* part = IG_SPLIT_K > 1 ? ws + (i64)blockIdx.y * WG_M * IG_K : nullptr;
     store_tile<WG_BM, WG_BN, IG_THREADS, 1, IG_NI, (IG_SPLIT_K > 1)>(smem, frag, wm0, 0, lane, tid, IG_K - n0, y,
-                                                                   part, row_off);
+                                                                   part, row_off EPI_ARG);
 #endif
 #endif /* WG_WS */
 }
 
 /* Split-K: y = the sum of the IG_SPLIT_K fp32 partial outputs, 8 channels per thread. */
-KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y)
+KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT y EPI_KERNEL_PARAMS)
 {
-    splitk_sum<IG_SPLIT_K>(ws, y, (i64)WG_M * IG_K);
+    EPI_SETUP(y, 0, IG_K);
+    splitk_sum<IG_SPLIT_K>(ws, y, (i64)WG_M * IG_K EPI_ARG);
 }

@@ -41,6 +41,8 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=192 -DWG_STAGES=5 -DWG_WS=1 -DIG_SPLIT_K=3 -DWG_ROT=1
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=7 -DWG_FIX=1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=192 -DWG_STAGES=4 -DWG_WS=2 -DIG_SPLIT_K=5 -DWG_FIX=1
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DMIOPY_EPI=1 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4 -DIG_SPLIT_K=7 -DWG_FIX=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DWG_BM=64 -DWG_BN=192 -DWG_WN=1 -DWG_STAGES=3 -DIG_SPLIT_K=6
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_BM=128 -DWG_BN=256 -DWG_WN=2 -DWG_STAGES=4 -DIG_SPLIT_K=4 -DIG_CLUSTER=1 -DIG_N=3 -DIG_C=24 -DIG_H=9 -DIG_W=11 -DIG_K=40 -DIG_R=2 -DIG_S=3 -DIG_P=4 -DIG_Q=5 -DIG_PH=1 -DIG_PW=0 -DIG_SH=2 -DIG_SW=2 -DIG_DH=2 -DIG_DW=1
 
 /* Tile defaults only so that the file compiles on its own (the solver defines them). */
@@ -153,7 +155,7 @@ DEVICE_FN void wrw_st_release(u64* p, u64 v)
    order, so once one of them runs the rest follow as earlier tiles finish (IG_SPLIT_K <= 32 is
    far below the resident blocks of a device). */
 DEVICE_FN void fix_sum(const float (&acc)[WG_ACC], int tile, int part, int m0, int n0, float* RESTRICT ws,
-                       data_t* RESTRICT dw)
+                       data_t* RESTRICT dw EPI_PARAM)
 {
     constexpr int P = IG_SPLIT_K;
     const int tid = threadIdx.x;
@@ -200,6 +202,12 @@ DEVICE_FN void fix_sum(const float (&acc)[WG_ACC], int tile, int part, int m0, i
         const int col = n0 + (wg - wg_m * WG_WN) * WG_NW + j * 8 + (lane & 3) * 2;
         if(col >= WG_RSC)
             continue;
+#if MIOPY_EPI
+        if(row < IG_K)
+            EPI_F32X2(s.x, s.y, dw + (i64)row * WG_RSC + col);
+        if(row + 8 < IG_K)
+            EPI_F32X2(s.z, s.w, dw + (i64)(row + 8) * WG_RSC + col);
+#endif
         if(row < IG_K)
             *reinterpret_cast<u32*>(dw + (i64)row * WG_RSC + col) = pack2(s.x, s.y);
         if(row + 8 < IG_K)
@@ -534,7 +542,7 @@ DEVICE_FN void wrw_mainloop_ws(const data_t* RESTRICT x, const data_t* RESTRICT 
    do not exist. Ends with a barrier, so the ring may be refilled. */
 template <class RowOff>
 DEVICE_FN void store_rounded(uint4* smem, const float (&frag)[1][IG_NI][4], int wm0, int wn0, int lane, int tid,
-                             int cols_left, data_t* RESTRICT dw, RowOff& row_off)
+                             int cols_left, data_t* RESTRICT dw, RowOff& row_off EPI_PARAM)
 {
     constexpr int PITCH = WG_BN + 8;
     u32* ctile = reinterpret_cast<u32*>(smem);
@@ -557,7 +565,7 @@ DEVICE_FN void store_rounded(uint4* smem, const float (&frag)[1][IG_NI][4], int 
         const int ch = e - r * WG_BCH;
         const int off = row_off(r);
         if(off >= 0 && ch * 8 < cols_left)
-            *reinterpret_cast<uint4*>(dw + off + ch * 8) = smem[(r * PITCH) / 8 + ch];
+            EPI_STORE8(dw + off + ch * 8, smem[(r * PITCH) / 8 + ch]);
     }
     __syncthreads();
 }
@@ -565,8 +573,9 @@ DEVICE_FN void store_rounded(uint4* smem, const float (&frag)[1][IG_NI][4], int 
 static_assert(!WG_WS || WG_CLUSTER == 1, "WG_WS: no clusters");
 
 KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
-    wgmma_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws)
+    wgmma_wrw(const data_t* RESTRICT x, const data_t* RESTRICT dy, data_t* RESTRICT dw, float* RESTRICT ws EPI_KERNEL_PARAMS)
 {
+    EPI_SETUP(dw, 0, WG_RSC);
     /* WG_STAGES * WG_STAGE_BYTES (or the epilogue's tile) + 1024, given at launch; the ring starts
        at the first 1024-byte boundary (the swizzle's period) */
     extern __shared__ __align__(1024) uint4 smem_raw[];
@@ -615,10 +624,10 @@ KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
     [[maybe_unused]] const int wn0 = wg_n * WG_NW;
     [[maybe_unused]] auto row_off = [&](int row) -> int { return m0 + row < IG_K ? (m0 + row) * WG_RSC + n0 : -1; };
 #if WG_FIX
-    fix_sum(acc, bid, part, m0, n0, ws, dw);
+    fix_sum(acc, bid, part, m0, n0, ws, dw EPI_ARG);
 #elif IG_CLUSTER
     cluster_store_tile<WG_BM, WG_BN, WG_THREADS, 1, IG_NI, IG_SPLIT_K>(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0,
-                                                                      dw, row_off);
+                                                                      dw, row_off EPI_ARG);
 #elif WG_PARTS > 1 && WG_CLUSTER > 1
     /* this cluster's sum into its workspace slice */
     cluster_sum_to_part(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0,
@@ -641,13 +650,14 @@ KERNEL void __launch_bounds__(WG_BLOCK_THREADS, 1) WG_CLUSTER_DIMS
         }
     }
 #else
-    store_rounded(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0, dw, row_off);
+    store_rounded(smem, frag, wm0, wn0, lane, tid, WG_RSC - n0, dw, row_off EPI_ARG);
 #endif
 }
 
 /* Split-K through the workspace: dw = the sum of the WG_PARTS fp32 partial results, 8 taps per
    thread. */
-KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dw)
+KERNEL void igemm_splitk_reduce(const float* RESTRICT ws, data_t* RESTRICT dw EPI_KERNEL_PARAMS)
 {
-    splitk_sum<WG_PARTS>(ws, dw, (i64)IG_K * WG_RSC);
+    EPI_SETUP(dw, 0, WG_RSC);
+    splitk_sum<WG_PARTS>(ws, dw, (i64)IG_K * WG_RSC EPI_ARG);
 }

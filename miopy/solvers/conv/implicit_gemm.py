@@ -86,6 +86,8 @@ class ConvIgemmFwdNhwc(IgemmSolver):
     smem_bytes = staticmethod(smem_bytes)
     workspace_bytes = staticmethod(workspace_bytes)
     kernel_specs = staticmethod(kernel_specs)
+    epilogue_files = frozenset({"igemm_fwd"})
+    epilogue_bias = True
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
         """DEFAULT_NARROW for K <= 64, DEFAULT_SHORT for a reduction of at most 128 taps, else

@@ -100,6 +100,7 @@ class ConvIgemmBwdNhwc(IgemmSolver):
     id = 202  # no MIOpen counterpart; outside the range of its solver ids
     direction = Direction.BACKWARD_DATA
     reads, writes = ("y", "w"), "x"  # backward data: dy is role y (read), dx is role x (written)
+    epilogue_files = frozenset({"igemm_bwd"})
     reduction_tiles = staticmethod(max_k_tiles)
     smem_bytes = staticmethod(smem_bytes)
     workspace_bytes = staticmethod(workspace_bytes)

@@ -436,6 +436,8 @@ class ConvIgemmFwdTf32x3(_Tf32x3Solver):
     id = 220  # no MIOpen counterpart; outside the range of its solver ids
     direction = Direction.FORWARD
     reads, writes = ("x", "w"), "y"
+    epilogue_files = frozenset({"igemm_fwd_tf32x3"})  # the GEMM kernel or its split's sum writes y
+    epilogue_bias = True
 
 
 class ConvIgemmBwdTf32x3(_Tf32x3Solver):
@@ -443,3 +445,4 @@ class ConvIgemmBwdTf32x3(_Tf32x3Solver):
     id = 221
     direction = Direction.BACKWARD_DATA
     reads, writes = ("y", "w"), "x"  # backward data: dy is role y (read), dx is role x (written)
+    epilogue_files = frozenset({"igemm_fwd_tf32x3"})

@@ -218,6 +218,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
     grid_blocks = staticmethod(grid_blocks)
     width_of = staticmethod(lambda problem: problem.w.lens[0])  # the GEMM's columns
     default_tiles = DEFAULT_TILES
+    epilogue_files = frozenset({"wgmma_fwd"})
+    epilogue_bias = True
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
         return nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)
@@ -453,6 +455,7 @@ class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
     grid_blocks = staticmethod(bwd_grid_blocks)
     width_of = staticmethod(lambda problem: problem.x.lens[1])
     default_tiles = BWD_DEFAULT_TILES
+    epilogue_bias = False  # dx has no bias
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
         why = nhwc_tensor_core_reason(ctx, problem, self.direction) or wgmma_reason(ctx)

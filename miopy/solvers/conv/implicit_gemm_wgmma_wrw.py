@@ -252,6 +252,7 @@ class ConvWgmmaWrwNhwc(IgemmSolver):
     id = 242  # no MIOpen counterpart; outside the range of its solver ids
     direction = Direction.BACKWARD_WEIGHTS
     reads, writes = ("x", "y"), "w"  # backward weights: x and dy (role y) are read, dw (role w) written
+    epilogue_files = frozenset({"wgmma_wrw"})
     domain = DOMAIN
     smem_bytes = staticmethod(smem_bytes)
     workspace_bytes = staticmethod(workspace_bytes)

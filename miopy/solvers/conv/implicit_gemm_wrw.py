@@ -108,6 +108,7 @@ class ConvIgemmWrwNhwc(IgemmSolver):
     id = 203  # no MIOpen counterpart; outside the range of its solver ids
     direction = Direction.BACKWARD_WEIGHTS
     reads, writes = ("x", "y"), "w"  # backward weights: x and dy (role y) are read, dw (role w) written
+    epilogue_files = frozenset({"igemm_wrw"})
     domain = DOMAIN
     reduction_tiles = staticmethod(k_tiles)
     smem_bytes = staticmethod(smem_bytes)
