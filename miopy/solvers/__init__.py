@@ -23,6 +23,7 @@ from miopy.solvers.conv.gemm_lt import GemmLtBwd1x1, GemmLtFwd1x1, GemmLtWrw1x1
 from miopy.solvers.conv.gemm_lt_wrw import GemmLtWrw1x1Nchw
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
+from miopy.solvers.conv.implicit_gemm_ffma import ConvIgemmFfmaBwd, ConvIgemmFfmaFwd, ConvIgemmFfmaWrw
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc
@@ -46,7 +47,7 @@ from miopy.solvers.conv.winograd_fwd_tf32x3 import (
     ConvWinogradFwdF4x3Tf32x3,
 )
 from miopy.solvers.conv.winograd_wrw_tf32x3 import ConvWinogradWrwF2x3Tf32x3
-from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
+from miopy.solvers.lrn import LrnChannelsChunk, LrnCrossRing, LrnCrossRingChunk, LrnCrossSlide, LrnDirect
 from miopy.solvers.norm.solvers import BNORM_SOLVERS, GROUPNORM_SOLVERS, LAYERNORM_SOLVERS
 from miopy.solvers.pool import (
     PoolingBwdCpu,
@@ -88,6 +89,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmPadFwdTf32x3(),
         ConvWinogradFwdF2x3Tf32x3(),
         ConvWinogradFwdF4x3Tf32x3(),
+        ConvIgemmFfmaFwd(),
         GemmFwdRest(),
         GemmBwd1x1_stride1(),
         Conv1x1StreamBwd(),
@@ -99,6 +101,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmBwdPhaseTf32x3(),
         ConvWinogradBwdF2x3Tf32x3(),
         ConvWinogradBwdF4x3Tf32x3(),
+        ConvIgemmFfmaBwd(),
         GemmBwdRest(),
         GemmWrw1x1_stride1(),
         Conv1x1StreamWrw(),
@@ -108,6 +111,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvWinogradWrwF2x3Tf32x3(),
         ConvIgemmWrwTf32x3(),
         ConvIgemmPadWrwTf32x3(),
+        ConvIgemmFfmaWrw(),
         GemmWrwUniversal(),
         ConvDirectTiledFwd(),
         ConvDirectNaiveFwd(),
@@ -136,7 +140,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ReduceColumns(),
         ReduceGeneric(),
     ],
-    "lrn": [LrnChannelsChunk(), LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
+    "lrn": [LrnChannelsChunk(), LrnCrossRingChunk(), LrnCrossRing(), LrnCrossSlide(), LrnDirect()],
     "layernorm": LAYERNORM_SOLVERS,
     "groupnorm": GROUPNORM_SOLVERS,
 }

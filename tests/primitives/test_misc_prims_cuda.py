@@ -165,6 +165,38 @@ def test_lrn(cuda, layout, mode):
         run_all(cuda, p, lref, BASE[DataType.FP16] * 2, buffers=lref.random_buffers(p, rng))
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_lrn_chunked_kernels(cuda, dtype):
+    """LrnCrossRingChunk (the channels walked in chunks of loads in flight: C not a multiple of the
+    chunk or smaller than it, even sizes, windows wider than C) in NCHW and NHWC, and
+    LrnChannelsChunk (backward: two vectors a work item; C not dividing the vector, a partial last
+    work-group)."""
+    cases = [((2, 11, 5, 7), "NCHW", 5), ((3, 3, 4, 4), "NCHW", 4), ((2, 13, 6, 8), "NHWC", 5)]
+    cases.append(((1, 96, 9, 10), "NHWC", 9))
+    rng = np.random.default_rng(13)
+    for lens, layout, size in cases:
+        x = TensorDesc(dtype, lens, layout=layout)
+        for direction, save in (("F", True), ("F", False), ("B", False)):
+            p = LRNProblem.create(x, "cross", size, 0.7, 0.75, 1.5, direction, save)
+            only = ("LrnCrossRingChunk", "LrnChannelsChunk")
+            ran = run_all(cuda, p, lref, BASE[p.dtype] * 4, buffers=lref.random_buffers(p, rng), only=only)
+            assert "LrnCrossRingChunk" in ran, ran
+            assert ("LrnChannelsChunk" in ran) == (layout == "NHWC"), ran
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_column_reduction_long_chunks(cuda, dtype):
+    """ReduceColumnsVec with chunks of rows longer than its rows loaded ahead (RED_UNROLL) and not
+    a multiple of them, and tens of thousands of chunks for the final merge: 1.12 M rows of 8
+    channels, max with and without indices (many ties: the first position wins), add."""
+    x = TensorDesc(dtype, (2, 8, 800, 700), layout="NHWC")
+    for op, indices in (("max", False), ("max", True), ("add", False)):
+        p = ReduceProblem(op, x, (0, 2, 3), indices)
+        rng = np.random.default_rng(4)
+        ran = run_all(cuda, p, rref, reduce_tolerance(p), rng=rng, only=("ReduceColumnsVec",))
+        assert ran == ["ReduceColumnsVec"]
+
+
 def test_unaligned_device_views(cuda):
     """Zero-copy views starting 2 bytes into a buffer: vector paths must fall back."""
     import cupy as cp

@@ -2,6 +2,12 @@
 cross-channel sliding window (forward, one work item per pixel), and cross-channel window
 terms kept in registers (forward and backward, one work item per pixel)."""
 
-from miopy.solvers.lrn.direct import LrnChannelsChunk, LrnCrossRing, LrnCrossSlide, LrnDirect
+from miopy.solvers.lrn.direct import (
+    LrnChannelsChunk,
+    LrnCrossRing,
+    LrnCrossRingChunk,
+    LrnCrossSlide,
+    LrnDirect,
+)
 
-__all__ = ["LrnChannelsChunk", "LrnCrossRing", "LrnCrossSlide", "LrnDirect"]
+__all__ = ["LrnChannelsChunk", "LrnCrossRing", "LrnCrossRingChunk", "LrnCrossSlide", "LrnDirect"]

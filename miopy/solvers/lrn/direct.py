@@ -221,7 +221,40 @@ class LrnCrossRing(_Lrn):
         return Program((Launch(spec, args),))
 
 
+class LrnCrossRingChunk(LrnCrossRing):
+    """LrnCrossRing on CUDA with the channels walked in chunks whose loads are all in flight
+    before any is used (kernels/common/lrn_ring_chunk.h: RING_CHUNK[direction] channels a chunk);
+    the ring kernels waited on one load a channel. H200, fp32 NCHW 64x96x55x55
+    (benchmarks/prims_sweep.py): backward 127.4 us against LrnCrossRing's 251.8 (128.4 with
+    chunks of 2, 164.0 with 8); forward 108.2 against 109.2 (107.3 with 16, 120.4 with 4)."""
+
+    name = "LrnCrossRingChunk"
+    id = 704
+    RING_CHUNK = {Pass.FORWARD: 8, Pass.BACKWARD: 4}  # LRNR_U
+
+    def is_applicable(self, ctx, problem) -> str | None:
+        if getattr(ctx, "backend_name", None) != "cuda":
+            return "not the CUDA backend (its kernels are CUDA's)"
+        return super().is_applicable(ctx, problem)
+
+    def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
+        p = problem
+        n, _, h, w = p.x.lens
+        forward = p.direction is Pass.FORWARD
+        kernel = "lrn_fwd_ring_chunk" if forward else "lrn_bwd_ring_chunk"
+        global_size, local_size = grid_1d(n * h * w)
+        defines = {"MIOPY_DTYPE": p.dtype.code, "LRN_SIZE": int(p.n), "LRNR_U": self.RING_CHUNK[p.direction]}
+        spec = KernelSpec("lrn", kernel, defines, global_size, local_size)
+        if forward:
+            args = (*_fwd_buffers(p), *_shape(p), *_strides(p, "x", "y"), *_fwd_tail(p))
+        else:
+            args = (*(Tensor(r) for r in BWD_ROLES), *_shape(p), *_strides(p, *BWD_ROLES))
+            args += (np.float32(p.alpha), np.float32(p.beta))
+        return Program((Launch(spec, args),))
+
+
 CHUNK_REACH = 4  # LRNC_REACH: channels a window of LrnChannelsChunk reaches each side
+CHUNK_SHARED = 48 * 1024 - 64  # static shared memory lrn_*_chunk may take for its window terms
 
 
 class LrnChannelsChunk(_Lrn):
@@ -231,6 +264,10 @@ class LrnChannelsChunk(_Lrn):
 
     name = "LrnChannelsChunk"
     id = 703
+    # 16-byte vectors a work item on CUDA (LRNC_U), all loaded before the first is used. H200, fp16
+    # NHWC 64x96x55x55 (benchmarks/prims_sweep.py): backward 177.0 us with 1, 119.7 with 2, 196.9
+    # with 4; forward 74.3 with 1, 76.6 with 2, 94.5 with 4
+    VECTORS = {Pass.FORWARD: 1, Pass.BACKWARD: 2}
 
     def is_applicable(self, ctx, problem) -> str | None:
         if not isinstance(problem, LRNProblem):
@@ -256,11 +293,18 @@ class LrnChannelsChunk(_Lrn):
     def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
         p = problem
         total = p.x.element_count
-        per_group = GROUP * (16 // p.dtype.itemsize)
-        groups = min(-(-total // per_group), MAX_GROUPS)
         forward = p.direction is Pass.FORWARD
+        defines = {"MIOPY_DTYPE": p.dtype.code}
+        per_item = 1
+        if getattr(ctx, "backend_name", None) == "cuda":
+            # the window terms of the work-group's vectors (4-byte floats) within static shared memory
+            most = CHUNK_SHARED // (GROUP * 4 * (16 // p.dtype.itemsize))
+            per_item = max(1, min(self.VECTORS[p.direction], most))
+            defines["LRNC_U"] = per_item
+        per_group = GROUP * (16 // p.dtype.itemsize) * per_item
+        groups = min(-(-total // per_group), MAX_GROUPS)
         kernel = "lrn_fwd_chunk" if forward else "lrn_bwd_chunk"
-        spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, (groups * GROUP,), (GROUP,))
+        spec = KernelSpec("lrn", kernel, defines, (groups * GROUP,), (GROUP,))
         shape = (np.int64(total), np.int32(p.x.lens[1]), np.int32(p.n))
         if forward:
             args = (*_fwd_buffers(p), *shape, *_fwd_tail(p))

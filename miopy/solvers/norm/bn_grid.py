@@ -17,8 +17,13 @@ loading its channels' shifts and coefficients itself made a hot spot of those fe
 (phase 2 of 32x512x7x7, one 16-byte store a work item, took 9-12 us; L2 moved 10x the tensor's
 bytes); they now go through shared memory, one load per channel and work-group. The per-channel
 sums after the first barrier take a work-group per channel where there are few channels
-(BNG_GS; a warp's chain of loads per channel took 2-3 us), and phase 1 copies its shared-memory
-steps with cp.async, all in flight at once (BNG_ASYNC, sm_80 and later).
+(BNG_GS; a warp's chain of loads per channel took 2-3 us), and forward's phase 1 copies its
+shared-memory steps with cp.async, all in flight at once (BNG_ASYNC, sm_80 and later). Backward
+loads them through registers, BNG_U at a time: H200, fp16 NHWC batch 32
+(benchmarks/bn_grid_sweep.py), the six backward shapes that take the grid were as fast or faster
+(64x56x56 19.3 us against 20.0, 512x28x28 38.2 / 39.0, 1024x14x14 23.1 / 23.5, 64x112x112 69.3 /
+69.7, 256x56x56 70.7 / 70.7); forward stays mixed (64x112x112 40.2 / 41.0, 64x56x56 15.5 / 15.4,
+512x28x28 25.1 / 24.9) and keeps cp.async.
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ def grid_plan(ctx, problem, kind: str, shape: tuple[int, ...] | None = None) -> 
     if hs * step_bytes <= DEFAULT_SHARED < hs * step_bytes + table:
         hs = (DEFAULT_SHARED - table) // step_bytes  # within the default limit (no opt-in asked)
     gs = sum_lanes(local, tiles * slices, geo.K, slices)
-    async_copy = _arch(ctx) >= ASYNC_ARCH and vw > 1
+    async_copy = _arch(ctx) >= ASYNC_ARCH and vw > 1 and not bwd
     return GridPlan(
         vw, local, minb, tx, hold, unroll, tiles, slices, rps, hs, hs * step_bytes, geo, gs, async_copy
     )
