@@ -43,9 +43,22 @@ def memory_shape(desc: TensorDesc) -> tuple[int, ...] | None:
     return tuple(desc.lens[logical.index(axis)] for axis in desc.layout)
 
 
+_NAMES: dict[Any, str] = {}  # dtype -> name: NumPy computes ``dtype.name`` at each read
+
+
 def _dtype_name(dtype: Any) -> str:
+    try:
+        return _NAMES[dtype]
+    except (KeyError, TypeError):  # new, or not hashable
+        pass
     name = getattr(dtype, "name", None) or str(dtype)
-    return str(name).rsplit(".", 1)[-1].lower()  # torch.float32 -> float32
+    name = str(name).rsplit(".", 1)[-1].lower()  # torch.float32 -> float32
+    if len(_NAMES) < 256:
+        try:
+            _NAMES[dtype] = name
+        except TypeError:
+            pass
+    return name
 
 
 def _expected(desc: TensorDesc) -> str:

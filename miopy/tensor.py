@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ class DataType(enum.Enum):
 
     @property
     def itemsize(self) -> int:
-        return self.storage.itemsize
+        return _ITEMSIZE[self.value]
 
     @property
     def code(self) -> int:
@@ -66,6 +67,8 @@ class DataType(enum.Enum):
             raise bad("dtype", text, "expected fp32, fp16, bf16 (fp64 and int32 for reductions)")
         return cls(aliases[key])
 
+
+_ITEMSIZE = {"FP32": 4, "FP16": 2, "BF16": 2, "FP64": 8, "INT32": 4}  # DataType.storage's itemsize
 
 LAYOUTS_2D = ("NCHW", "NHWC")
 LAYOUTS_3D = ("NCDHW", "NDHWC")
@@ -194,12 +197,13 @@ class TensorDesc:
     def element_count(self) -> int:
         return math.prod(self.lens)
 
-    @property
+    @functools.cached_property
     def element_space(self) -> int:
-        """Number of elements a buffer must hold: the highest offset plus one."""
+        """Number of elements a buffer must hold: the highest offset plus one (computed once: a
+        first run reads it for every tensor several times)."""
         return 1 + sum((n - 1) * s for n, s in zip(self.lens, self.strides))
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
         return self.element_space * self.dtype.itemsize
 
