@@ -36,16 +36,32 @@ def register_output_scaling(primitive: str, hook: Callable[..., bool]) -> None:
 
 
 _gc_frozen = threading.Event()  # set once a handle froze the collector (gc_freeze)
+# [frozen and not thawed yet, runs left before thawing]: see _freeze_gc and _thaw_gc
+_gc_thaw = [False, 0]
+# Unprepared runs after which the collector is thawed when no run was replayed (OpenCL, host
+# arrays): a network's first few iterations.
+THAW_AFTER_RUNS = 2048
 
 
 def _freeze_gc() -> None:
-    """``gc.freeze()``, once per process (MIOPY_GC_FREEZE): what exists now is never walked by a
-    collection again, so the first iteration's full collections cost what it made, not what the
-    whole process holds."""
+    """``gc.freeze()``, once per process (MIOPY_GC_FREEZE): what exists now is not walked by the
+    collector until ``_thaw_gc``, so the first iteration's full collections cost what it made,
+    not what the whole process holds."""
     if not _gc_frozen.is_set():
         _gc_frozen.set()
         gc.freeze()
+        _gc_thaw[:] = [True, THAW_AFTER_RUNS]
         _log.debug("gc.freeze(): %d objects frozen", gc.get_freeze_count())
+
+
+def _thaw_gc() -> None:
+    """``gc.unfreeze()`` once after ``_freeze_gc``: at the first replayed run (the second
+    iteration has begun) or after THAW_AFTER_RUNS runs that were none, so that garbage in
+    reference cycles among what was frozen is collected again. The frozen objects join the
+    oldest generation: a later full collection walks them again, outside the first iteration."""
+    if _gc_thaw[0]:
+        _gc_thaw[0] = False
+        gc.unfreeze()
 
 
 class Handle:
@@ -337,6 +353,8 @@ class Handle:
                 entries = self._prepared.entries
                 entry = entries.get(key)
                 if entry is not None and entry[0]() is solution:
+                    if _gc_thaw[0]:
+                        _thaw_gc()
                     entries.move_to_end(key)
                     if config.enable_logging_cmd():
                         log_command(solution.problem, solution.solver_id)
@@ -354,6 +372,10 @@ class Handle:
     ) -> None:
         """``run_solution`` past the prepared-call cache: checks every argument, runs, and records
         the prepared calls under ``key`` (None: not recordable)."""
+        if _gc_thaw[0]:
+            _gc_thaw[1] -= 1
+            if _gc_thaw[1] <= 0:
+                _thaw_gc()
         if not isinstance(tensors, dict):
             roles = ", ".join(solution.problem.tensors())
             raise BadParm(f"tensors={type(tensors).__name__}: expected a dict with {roles}")

@@ -518,9 +518,19 @@ def test_a_handle_with_a_package_freezes_the_collector_once(installed, monkeypat
     else:
         monkeypatch.setenv("MIOPY_GC_FREEZE", knob)
     calls: list[int] = []
+    thawed: list[int] = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append(1))
+    monkeypatch.setattr(gc, "unfreeze", lambda: thawed.append(1))
     monkeypatch.setattr(handle_module, "_gc_frozen", threading.Event())
+    monkeypatch.setattr(handle_module, "_gc_thaw", [False, 0])
+    monkeypatch.setattr(handle_module, "THAW_AFTER_RUNS", 2)
     for _ in range(2):
         h = Handle("opencl")
         h._prefetch_thread.join()
     assert len(calls) == frozen
+    # thawed once after THAW_AFTER_RUNS runs that were no replay (PoCL records none)
+    _, problems = installed
+    conv = [p for p in problems if isinstance(p, ConvProblem)]
+    for i, p in enumerate(conv * 2):
+        check(h, find.get_solutions(h, p)[0], np.random.default_rng(i))
+        assert len(thawed) == (frozen if i >= 1 else 0)
