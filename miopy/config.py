@@ -215,6 +215,13 @@ def bench_flush_l2() -> bool:
     return _flag("BENCH_FLUSH_L2")
 
 
+def find_copy_inputs() -> bool:
+    """MIOPY_FIND_COPY_INPUTS: find and tuning time the candidates on private copies of the
+    caller's input tensors too (off by default: the inputs, only read, are timed in place; the
+    outputs are always copies)."""
+    return _flag("FIND_COPY_INPUTS")
+
+
 def debug_wgmma_config() -> dict | None:
     """MIOPY_DEBUG_WGMMA_CONFIG: a JSON object of config fields (e.g. ``{"ws": 2, "stages": 5}``)
     that the wgmma solvers' default configs take where the result is still valid, as MIOpen's

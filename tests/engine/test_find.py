@@ -129,6 +129,31 @@ def test_find_leaves_caller_tensors_unmodified(handle, monkeypatch):
         np.testing.assert_array_equal(bufs[role].view(np.uint8), copies[role].view(np.uint8))
 
 
+def test_find_times_read_only_device_inputs_in_place(handle, monkeypatch):
+    """Device arrays of the roles a problem only reads are timed in place, its outputs on private
+    copies (MIOPY_FIND_COPY_INPUTS=1: every role copied); find leaves every tensor as it was."""
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    backend = handle.backend
+    for direction, output in (("F", "y"), ("B", "x"), ("W", "w")):
+        problem = small(direction=direction)
+        host = random_buffers(problem, np.random.default_rng(5))
+        device = {role: backend.upload(a) for role, a in host.items()}
+        naive = {"F": "ConvDirectNaiveFwd", "B": "ConvDirectNaiveBwd", "W": "ConvDirectNaiveWrw"}[direction]
+        solution = make_solution(handle, problem, by_name(naive))
+        args = bench.device_args(handle, solution, device)
+        for role in device:
+            assert (args.tensors[role] is device[role]) == (role != output), (direction, role)
+        monkeypatch.setenv("MIOPY_FIND_COPY_INPUTS", "1")
+        copied = bench.device_args(handle, solution, device)
+        assert all(copied.tensors[role] is not device[role] for role in device)
+        monkeypatch.delenv("MIOPY_FIND_COPY_INPUTS")
+        find_solutions(handle, problem, tensors=device)
+        for role, a in host.items():
+            back = np.empty_like(a)
+            backend.download(device[role], back)
+            np.testing.assert_array_equal(back.view(np.uint8), a.view(np.uint8))
+
+
 def test_immediate_mode(handle):
     problem = small(direction="B")
     solutions = get_solutions(handle, problem)
