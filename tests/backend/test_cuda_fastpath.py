@@ -386,6 +386,30 @@ def test_find_times_lt_candidates_and_keeps_winner(handle, monkeypatch, tmp_path
     assert lt.config == stored
 
 
+@pytest.mark.parametrize("direction", ["F", "B", "W"])
+def test_find_on_device_arrays_leaves_them_and_its_winner_is_right(
+    handle, cp, monkeypatch, tmp_path, direction
+):
+    """Find times the read-only inputs in place (engine.bench.device_args): every tensor the
+    caller gave is bit for bit as it was afterwards, and the first solution computes the
+    reference on them."""
+    from miopy.engine.find import FindOptions, find_solutions
+    from miopy.handle import Handle
+
+    monkeypatch.setenv("MIOPY_USER_DB_PATH", str(tmp_path))
+    monkeypatch.setenv("MIOPY_FIND_MODE", "NORMAL")
+    h = Handle("cuda")
+    problem = problem_1x1("bf16", "NHWC", direction, n=4, c=32, hw=6, k=48)
+    host = host_buffers(problem, 11)
+    device = {role: cp.asarray(a) for role, a in host.items()}
+    found = find_solutions(h, problem, FindOptions(), tensors=device)
+    for role, a in host.items():
+        np.testing.assert_array_equal(cp.asnumpy(device[role]).view(np.uint8), a.view(np.uint8))
+    found[0].run(h, device)
+    got = {role: cp.asnumpy(d) for role, d in device.items()}
+    assert error(problem, got) <= tol(problem)
+
+
 @pytest.mark.parametrize(
     "name,direction,layout", [("GemmLtFwd1x1", "F", "NHWC"), ("GemmLtWrw1x1Nchw", "W", "NCHW")]
 )

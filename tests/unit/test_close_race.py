@@ -33,6 +33,19 @@ def test_a_lucky_first_sample_loses_the_race():
     assert calls[4:] == ["b", "c", "a"] * 3
 
 
+def test_a_later_pass_running_slower_does_not_crown_the_first_left_out():
+    """Every sample after the first runs 4 % slower (a drift between passes): "c", left out of
+    a race of two, keeps its first sample, yet must not beat the raced "a" with it."""
+    first = {"a": 1.00, "b": 1.01, "c": 1.02, "d": 1.30}
+    true = {c: t * 1.04 for c, t in first.items()}
+    measure, calls = noisy(true, first)
+    timed = [(c, measure(c)) for c in first]
+    raced = bench.close_race(timed, measure, rounds=3, margin=0.05, most=2)
+    assert [c for c, _ in raced] == ["a", "b", "c", "d"]
+    assert raced[0] == ("a", 1.04) and raced[2] == ("c", 1.01 * 1.04) and raced[3] == ("d", 1.30)
+    assert calls.count("c") == calls.count("d") == 1
+
+
 def test_no_race_without_a_close_second():
     measure, calls = noisy({"a": 1.0, "b": 1.2}, {"a": 1.0, "b": 1.2})
     assert bench.close_race([("a", 1.0), ("b", 1.2)], measure, rounds=3) == [("a", 1.0), ("b", 1.2)]
