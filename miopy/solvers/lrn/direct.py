@@ -234,7 +234,7 @@ class LrnCrossRingChunk(LrnCrossRing):
 
     def is_applicable(self, ctx, problem) -> str | None:
         if getattr(ctx, "backend_name", None) != "cuda":
-            return "not the CUDA backend (its kernels are CUDA's)"
+            return "backend is not CUDA (lrn_ring_chunk.h is CUDA code)"
         return super().is_applicable(ctx, problem)
 
     def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
