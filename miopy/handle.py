@@ -216,9 +216,10 @@ class Handle:
             from miopy.db.package_choices import PackageChoices
 
             paths = [] if config.disable_cache() else self.kernel_cache.package_paths()
-            self._package_choices = PackageChoices(
-                paths, self.db_basename, self.backend_name, self.info.fingerprint
-            )
+            choices = PackageChoices(paths, self.db_basename, self.backend_name, self.info.fingerprint)
+            # a package's cuBLASLt programs are bound to this process's products when first used
+            choices.binder = getattr(self.backend, "bind_library", None)
+            self._package_choices = choices
         return self._package_choices
 
     # ---- kernels ----------------------------------------------------------------------------------

@@ -1050,6 +1050,38 @@ class Backend(BackendBase):
             return float(statistics.median(cp.cuda.get_elapsed_time(s, e) for s, e in pairs))
 
     # ---- cuBLASLt ------------------------------------------------------------------------------
+    def bind_library(self, program: Any) -> Any:
+        """A kernel package's program (miopy.db.package_plans) with each cuBLASLt placeholder
+        bound: the product is the process's one (cuda_libs.lt_gemm: descriptor and layouts made
+        from the recorded arguments), the algorithm rebuilt from its recorded attributes and
+        checked (cublasLtMatmulAlgoCheck; no heuristics query; usually done already by
+        ``precheck_library`` on the set-up thread). None when the library is missing, refuses the
+        algorithm, or the algorithm needs more workspace than the program has."""
+        import dataclasses
+
+        from miopy.backends import cuda_libs
+        from miopy.db.package_plans import LtChoice, LtProduct
+        from miopy.solution import Call
+
+        steps = []
+        try:
+            with self.device:
+                for step in program.steps:
+                    if isinstance(step, Call) and step.args and isinstance(step.args[0], LtProduct):
+                        product, choice = step.args[0], step.args[1]
+                        if not isinstance(choice, LtChoice):
+                            return None
+                        gemm = cuda_libs.lt_gemm(product.key)
+                        algo = gemm.resolve(choice.config)
+                        if algo is None or algo.workspace > choice.workspace:
+                            return None
+                        step = Call(step.method, (gemm, algo, *step.args[2:]))
+                    steps.append(step)
+        except Exception as exc:  # no library, a descriptor refused: the solver is asked instead
+            _log.info("cuBLASLt program from the package not bound (%s)", exc)
+            return None
+        return dataclasses.replace(program, steps=tuple(steps))
+
     def lt_matmul(self, *args: Any) -> None:
         self.prepare_lt_matmul(*args)()
 

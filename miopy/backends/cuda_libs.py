@@ -174,6 +174,11 @@ def cublaslt() -> Any:
     return ns
 
 
+# calls into cuBLASLt's heuristics (cublasLtMatmulAlgoGetHeuristic) in this process, for tests
+# and logs: a first iteration with a kernel package makes none
+heuristic_calls = 0
+
+
 def check(status: int, what: str) -> None:
     if status:
         raise InternalError(f"{what} failed with cublasStatus_t {status}")
@@ -357,6 +362,8 @@ class LtGemm:
         return layout
 
     def _heuristic(self, count: int) -> list[tuple[_Algo, int]]:
+        global heuristic_calls
+        heuristic_calls += 1
         lt = cublaslt()
         pref = _vp()
         check(lt.pref_create(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")

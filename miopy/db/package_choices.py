@@ -105,6 +105,10 @@ class PackageChoices:
         # decoded ahead by ``read_ahead`` (a handle's set-up thread): by problem
         self._programs: dict[tuple[str, str, str], Any] = {}
         self._candidates: dict[tuple[str, str, str], Any] = {}
+        # programs with cuBLASLt steps bound by ``binder`` (Backend.bind_library; the handle sets
+        # it): the process's product and a checked algorithm in place of the plan's placeholders
+        self.binder: Any = None
+        self._bound: dict[tuple[str, str, str], Any] = {}
         self._lock = threading.Lock()  # read by immediate mode and by a library warm-up thread
         self.used = 0  # records that gave immediate mode its answer (for tests and logs)
         self.planned = 0  # of those, the ones whose program came from the package
@@ -232,11 +236,26 @@ class PackageChoices:
             if listed is None:
                 return None  # another find DB answer than the build's: checked as without it
         key = (primitive, problem_key, invoker_key)
-        found = self._programs.get(key) or package_plans.decode(row[0])
+        found = self._bound.get(key) or self._programs.get(key) or package_plans.decode(row[0])
         if found is None:
             log.warn_once(_log, f"{self.path}: a damaged program for {problem_key}; ignored")
             return None
+        if package_plans.library_steps(found):
+            found = self._bind(key, found)
+            if found is None:
+                return None
         return found if records is None else (found, listed)
+
+    def _bind(self, key: tuple[str, str, str], program: Any) -> Any:
+        """The program with its cuBLASLt placeholders bound (kept per problem), or None with a
+        log line when this backend cannot bind them or the library refuses an algorithm here."""
+        bound = self.binder(program) if self.binder is not None else None
+        if bound is None:
+            why = "is refused here" if self.binder is not None else "cannot run on this backend"
+            log.warn_once(_log, f"{self.path}: the cuBLASLt call of the program for {key[1]} {why}; ignored")
+            return None
+        self._bound[key] = bound
+        return bound
 
     def get(self, primitive: str, problem_key: str, invoker_key: str) -> tuple[Candidate, ...] | None:
         rows = self._rows if self._rows is not None else self._loaded()

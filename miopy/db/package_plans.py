@@ -4,9 +4,15 @@ plain arguments, tensor roles), so that a fresh process with a trusted package r
 first call without asking the solver again.
 
 A plan is JSON of plain values, never code: numbers, strings, the roles of tensors, the names of
-NumPy scalar types from a fixed list. Kernel launches and vendor GEMMs can be written; a step that
-calls a library with objects made at run time (cuBLASLt: ``Call``) cannot, and such a program gets
-no plan. ``decode`` accepts exactly what ``encode`` writes and answers None for anything else.
+NumPy scalar types from a fixed list. Kernel launches, vendor GEMMs and cuBLASLt products
+(``Call("lt_matmul", ...)``) can be written. A cuBLASLt product is written as what rebuilds it:
+its descriptor and layouts (the 14 arguments of cuda_libs.LtGemm: types, transposes, sizes,
+leading dimensions, batch and strides, storage order) and its algorithm (the nine configuration
+attributes a perf DB record holds, cuda_libs.ALGO_FIELDS, and the workspace it needed); decoded,
+the step holds placeholders (``LtProduct``, ``LtChoice``) that the backend binds to the process's
+product and a checked algorithm (``Backend.bind_library``: cublasLtMatmulAlgoCheck, no heuristics
+query) before the program is used; a refused algorithm makes the row a miss. ``decode`` accepts
+exactly what ``encode`` writes and answers None for anything else.
 
 A row's ``find`` is NULL when the program is that of the problem's immediate-mode choice
 (``kdb_choice``), else the shipped find records the row was made from and the ranked list they
@@ -16,18 +22,20 @@ Which plans are trusted, and when, is ``miopy.db.package_choices``' business."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from miopy.solution import Gemm, KernelSpec, Launch, Program, Scalar, Tensor, Workspace
+from miopy.solution import Call, Gemm, KernelSpec, Launch, Program, Scalar, Tensor, Workspace
 from miopy.tensor import DataType
 
-FORMAT = 1
+FORMAT = 2  # 2: cuBLASLt products (``call`` steps)
 TABLE = """
 CREATE TABLE IF NOT EXISTS kdb_plan (
     primitive TEXT NOT NULL,
@@ -60,6 +68,36 @@ _GEMM_INTS = ("m", "n", "k", "a_offset", "lda", "b_offset", "ldb", "c_offset", "
 _GEMM_INTS += ("stride_a", "stride_b", "stride_c")
 MAX_STEPS = 64
 MAX_ARGS = 256
+LT_KEY_LEN = 14  # cuda_libs.LtGemm's arguments
+LT_ALGO_LEN = 9  # cuda_libs.ALGO_FIELDS
+LT_TYPES = frozenset({0, 2, 14})  # cudaDataType_t: fp32, fp16, bf16
+LT_MAX_WORKSPACE = 1 << 30
+_INT31 = 1 << 31
+_INT63 = 1 << 63
+
+
+@dataclass(frozen=True)
+class LtProduct:
+    """A decoded plan's cuBLASLt product: the arguments of cuda_libs.LtGemm (``key``), to be bound
+    to the process's product (``Backend.bind_library``)."""
+
+    key: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LtChoice:
+    """A decoded plan's cuBLASLt algorithm: its ALGO_FIELDS values and the workspace bytes it
+    needed on the build target (the bound algorithm may need no more)."""
+
+    config: tuple[int, ...]
+    workspace: int
+
+
+def library_steps(program: Program) -> bool:
+    """Whether a decoded program holds cuBLASLt placeholders that must be bound before use."""
+    return any(
+        isinstance(step, Call) and step.args and isinstance(step.args[0], LtProduct) for step in program.steps
+    )
 
 
 _CODE_ROOT = Path(__file__).resolve().parents[1]  # the miopy package
@@ -179,6 +217,8 @@ def encode(program: Program) -> str:
                     }
                 }
             )
+        elif isinstance(step, Call):
+            steps.append({"call": _lt_call(step)})
         else:
             raise Unplannable(f"step {type(step).__name__}")
     kernels = []
@@ -207,14 +247,58 @@ def encode(program: Program) -> str:
         separators=(",", ":"),
     )
     again = decode(text)
-    # what a process would run must be exactly what the solver made, types included
+    # what a process would run must be exactly what the solver made, types included (a cuBLASLt
+    # product and algorithm compared as the placeholders that rebuild them)
+    program = _placeheld(program)
     if again != program or _types(again) != _types(program):
         raise Unplannable("the program does not read back the same")
     return text
 
 
+def _lt_parts(step: Call) -> tuple[LtProduct, LtChoice]:
+    """The placeholders of a cuBLASLt step's product and algorithm (from cuda_libs.LtGemm and
+    LtAlgo, or placeholders already); Unplannable for anything else (a heuristics index)."""
+    if step.method != "lt_matmul" or len(step.args) < 2:
+        raise Unplannable(f"library call {step.method!r}")
+    gemm, algo = step.args[0], step.args[1]
+    if isinstance(gemm, LtProduct) and isinstance(algo, LtChoice):
+        return gemm, algo
+    key, config = getattr(gemm, "key", None), getattr(algo, "config", None)
+    need = getattr(algo, "workspace", None)
+    if not isinstance(key, tuple) or not isinstance(config, tuple) or type(need) is not int:
+        raise Unplannable("a cuBLASLt call without a product key and a configured algorithm")
+    if not all(type(v) is int for v in (*key, *config)):
+        raise Unplannable("a cuBLASLt key or configuration that is not integers")
+    return LtProduct(key), LtChoice(config, need)
+
+
+def _lt_call(step: Call) -> dict[str, Any]:
+    product, choice = _lt_parts(step)
+    codes, values = _values(step.args[2:])
+    return {
+        "method": step.method,
+        "key": list(product.key),
+        "algo": list(choice.config),
+        "need": choice.workspace,
+        "codes": codes,
+        "args": values,
+    }
+
+
+def _placeheld(program: Program) -> Program:
+    """The program with each cuBLASLt product and algorithm as its placeholders."""
+    steps = []
+    for step in program.steps:
+        if isinstance(step, Call):
+            step = Call(step.method, (*_lt_parts(step), *step.args[2:]))
+        steps.append(step)
+    return dataclasses.replace(program, steps=tuple(steps))
+
+
 def _types(program: Program) -> list[Any]:
-    out: list[Any] = [type(v) for step in program.steps if isinstance(step, Launch) for v in step.args]
+    out: list[Any] = [
+        type(v) for step in program.steps if isinstance(step, (Launch, Call)) for v in step.args
+    ]
     out += [type(v) for spec in program.kernels for _, v in spec.defines]
     return out
 
@@ -373,7 +457,45 @@ def _operand_of(v: Any) -> Tensor | Workspace:
     return found
 
 
-def _step(item: Any, specs: list[KernelSpec]) -> Launch | Gemm:
+_CALL_KEYS = frozenset({"method", "key", "algo", "need", "codes", "args"})
+# after the product and the algorithm: A, its byte offset, B, its offset, D, its offset, the
+# workspace and optionally where cuBLASLt's scratch starts in it
+_CALL_SHAPES = (("TW", "i", "TW", "i", "TW", "i", "W"), ("TW", "i", "TW", "i", "TW", "i", "W", "i"))
+
+
+def _ints_in(v: Any, length: int, low: int, high: int) -> tuple[int, ...]:
+    if type(v) is not list or len(v) != length or not all(type(x) is int and low <= x < high for x in v):
+        raise _Bad
+    return tuple(v)
+
+
+def _call_of(item: dict) -> Call:
+    """A cuBLASLt step: every field checked (types, transposes, positive sizes, strides, the
+    algorithm's attribute values), its operands by role."""
+    if item.keys() != _CALL_KEYS or item["method"] != "lt_matmul":
+        raise _Bad
+    key = _ints_in(item["key"], LT_KEY_LEN, 0, _INT63)
+    if key[0] not in LT_TYPES or key[1] not in (0, 1) or key[2] not in (0, 1) or key[13] not in (0, 1):
+        raise _Bad
+    if min(key[3:10]) < 1 or max(key[3:10]) >= _INT31:
+        raise _Bad
+    config = _ints_in(item["algo"], LT_ALGO_LEN, 0, _INT31)
+    need = item["need"]
+    if type(need) is not int or not 0 <= need <= LT_MAX_WORKSPACE:
+        raise _Bad
+    codes = item["codes"]
+    if type(codes) is not list or not any(len(codes) == len(shape) for shape in _CALL_SHAPES):
+        raise _Bad
+    shape = next(shape for shape in _CALL_SHAPES if len(shape) == len(codes))
+    if not all(type(c) is str and c in allowed for c, allowed in zip(codes, shape)):
+        raise _Bad
+    args = _read_values(codes, item["args"])
+    if any(type(v) is int and not 0 <= v < _INT63 for v in args):
+        raise _Bad
+    return Call("lt_matmul", (LtProduct(key), LtChoice(config, need), *args))
+
+
+def _step(item: Any, specs: list[KernelSpec]) -> Launch | Gemm | Call:
     if type(item) is not dict:
         raise _Bad
     keys = item.keys()
@@ -391,6 +513,8 @@ def _step(item: Any, specs: list[KernelSpec]) -> Launch | Gemm:
             shm,
             item["coop"],
         )
+    if keys == {"call"} and type(item["call"]) is dict:
+        return _call_of(item["call"])
     if keys == {"gemm"} and type(item["gemm"]) is dict:
         g = item["gemm"]
         if g.keys() != _GEMM_KEYS or not all(type(g[f]) is int for f in _GEMM_INTS):
@@ -427,4 +551,16 @@ def decode(text: Any) -> Program | None:
         return None
 
 
-__all__ = ["FORMAT", "TABLE", "Unplannable", "code_digest", "decode", "encode", "encode_find", "find_matches"]
+__all__ = [
+    "FORMAT",
+    "TABLE",
+    "LtChoice",
+    "LtProduct",
+    "Unplannable",
+    "code_digest",
+    "decode",
+    "encode",
+    "encode_find",
+    "find_matches",
+    "library_steps",
+]

@@ -131,13 +131,16 @@ def choice(
     return None
 
 
-def find_plan(ctx: TargetContext, problem: Problem) -> tuple[str, str] | None:
+def find_plan(
+    ctx: TargetContext, problem: Problem, library: list[dict[str, Any]] | None = None
+) -> tuple[str, str] | None:
     """For a problem the shipped find DB answers: (the program of immediate mode's first solution
     as data, the records and the ranked list they give on the target: package_plans.encode_find),
     the list being what ``miopy.engine.find`` makes of the records (unknown solvers and those that
     do not apply dropped, each record's configuration). None when the target cannot tell whether
     a listed solver applies (a vendor library missing), when a configuration would come from the
-    perf DB instead of the record, or when the first program cannot be written."""
+    perf DB instead of the record, or when the first program cannot be written. ``library`` gets
+    the descriptions of that program's vendor-library calls."""
     if config.find_only_solvers() is not None:
         return None
     records = ctx.find_db.load(problem.key(), primitive=problem.primitive)
@@ -162,7 +165,10 @@ def find_plan(ctx: TargetContext, problem: Problem) -> tuple[str, str] | None:
     name, cfg, time_ms = listed[0]
     try:
         first = make_solution(ctx, problem, by_name(name, problem.primitive), cfg, time_ms=time_ms)
-        return package_plans.encode(first.program), package_plans.encode_find(records, listed)
+        planned = package_plans.encode(first.program), package_plans.encode_find(records, listed)
+        if library is not None:
+            library += [d for d in map(cuda_warm.describe, first.program.steps) if d is not None]
+        return planned
     except (MiopyError, package_plans.Unplannable) as exc:
         _log.info("%s on %s: no program in the package (%s)", name, problem.key(), exc)
         return None
@@ -188,7 +194,7 @@ def choices(
             if made:
                 plans[key] = (made[0], None)
         elif key not in plans:
-            planned = find_plan(ctx, problem)
+            planned = find_plan(ctx, problem, library)
             if planned is not None:
                 plans[key] = planned
     calls = list(dict.fromkeys(json.dumps(c, sort_keys=True, separators=(",", ":")) for c in library))

@@ -48,3 +48,40 @@ def test_a_cuda_package_runs_its_programs(isolated, tmp_path, monkeypatch):
         if isinstance(p, ConvProblem):
             check(h, solutions[0], np.random.default_rng(6))
     assert h.kernel_cache.misses == 0 and h.kernels_ahead_used == h.kernel_cache.hits > 0
+
+
+# the problems of test_cuda_fastpath's recorded-config test, whose default algorithms rebuild
+LT_WORKLOAD = """conv -n 4 -c 24 -H 6 -W 8 -k 40 -y 1 -x 1 -p 0 -q 0 -F 1 -I NHWC -f NHWC -O NHWC
+conv -n 4 -c 24 -H 6 -W 8 -k 40 -y 1 -x 1 -p 0 -q 0 -F 4
+"""
+
+
+def test_a_package_with_cublaslt_programs_runs_them_without_the_heuristics(isolated, tmp_path, monkeypatch):
+    """A package whose chosen solutions are cuBLASLt products (GemmLtFwd1x1 on NHWC,
+    GemmLtWrw1x1Nchw on NCHW fp32: the build is limited to the cuBLASLt solvers so that they are
+    the choices) carries their programs as data; a fresh handle binds them (descriptor, layouts
+    and algorithm rebuilt from the row, checked) and computes the right results with no
+    heuristics query and no solver asked."""
+    from miopy.backends import cuda_libs
+    from miopy.handle import Handle
+    from miopy.solvers.conv import gemm_lt
+
+    (tmp_path / "w.txt").write_text(LT_WORKLOAD)
+    work = workload.load(str(tmp_path / "w.txt"))
+    real = kernels.solvers_for
+    monkeypatch.setattr(kernels, "solvers_for", lambda p: [s for s in real(p) if s.name.startswith("GemmLt")])
+    manifest = kernels.build(target.target("cuda"), work, tmp_path / "out")
+    monkeypatch.setattr(kernels, "solvers_for", real)
+    assert manifest["plans"] == len(work.problems) == 2
+    shutil.copyfile(manifest["path"], isolated / "kdb" / f"{manifest['db_basename']}.kdb")
+    gemm_lt._lt_gemm.cache_clear()  # as in a fresh process: no product known yet
+    before = cuda_libs.heuristic_calls
+    h = Handle("cuda")
+    h._prefetch_thread.join()
+    got = [find.get_solutions(h, p)[0] for p in work.problems]
+    assert [s.solver for s in got] == ["GemmLtFwd1x1", "GemmLtWrw1x1Nchw"]
+    assert h.package_choices.planned == 2
+    assert not any(package_plans.library_steps(s.program) for s in got)  # bound
+    for solution in got:
+        check(h, solution, np.random.default_rng(7))
+    assert cuda_libs.heuristic_calls == before
