@@ -38,6 +38,10 @@ import os
 import sys
 from typing import Any
 
+# the references' BLAS calls must not leave a thread pool spinning next to PoCL's threads while
+# they are timed (OpenBLAS's idle threads busy-wait: 5% of a profiled run's CPU samples)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 from timing import Timer, n_sets
 
