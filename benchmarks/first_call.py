@@ -34,10 +34,11 @@ Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-w
 (MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-load-ahead`` (MIOPY_KERNEL_LOAD_AHEAD=0: the package's
 binaries read ahead but each kernel loaded at its first use, as before the set-up thread loaded
 them), ``kdb-no-gc-freeze`` (MIOPY_GC_FREEZE=0: Python's collector not frozen after the
-handle's set-up), ``kdb-no-choices`` (a copy of the package without its choices and
-library calls, as packages were before them), ``kdb-no-programs`` (a copy of the package
-without the programs of its chosen solutions: each choice checked against its solver and its
-program made by the solver, as before packages carried programs), ``again`` (OpenCL: the
+handle's set-up), ``kdb-no-stream-warm-up`` (MIOPY_LIBRARY_STREAM_WARM_UP=0: no cuBLASLt call
+on the handle's stream ahead of the first iteration), ``kdb-no-choices`` (a copy of the package
+without its choices and library calls, as packages were before them), ``kdb-no-programs`` (a copy of
+the package without the programs of its chosen solutions: each choice checked against its solver
+and its program made by the solver, as before packages carried programs), ``again`` (OpenCL: the
 package in a new process
 that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on first
 launch and caches that), ``kdb-eager`` (CUDA_MODULE_LOADING=EAGER: CUDA loads every kernel of
@@ -192,6 +193,12 @@ compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
 chosen = h.package_choices.used
 planned = getattr(h.package_choices, "planned", None)
 warmed = getattr(h.backend, "library_warmed", None)
+stream_warmed = getattr(h.backend, "library_stream_warmed", None)
+heuristics = None
+if getattr(h.backend, "name", "") == "cuda":
+    from miopy.backends import cuda_libs
+
+    heuristics = cuda_libs.heuristic_calls  # cuBLASLt heuristics queries up to here
 first_spent = {k: round(v, 4) for k, v in spent.items()}
 warm, warm_host = [], []
 for _ in range(int(warm_runs)):
@@ -203,6 +210,7 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
                   "chosen": chosen, "planned": planned, "warmed": warmed, "first_host_s": first_host,
                   "set_up_busy": set_up_busy, "lt_init_s": getattr(h.backend, "lt_initialized_s", None),
                   "prechecked": getattr(h.backend, "library_prechecked", None),
+                  "stream_warmed": stream_warmed, "lt_heuristics": heuristics,
                   "prefetched": getattr(h.kernel_cache, "prefetched", None),
                   "loaded_ahead": getattr(h, "kernels_loaded_ahead", None),
                   "gc_full": collections["full"], "gc_s": collections["s"],
@@ -327,6 +335,13 @@ VARIANTS = {
     "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
     "kdb-no-load-ahead": ("package, no load ahead", True, False, False, {"MIOPY_KERNEL_LOAD_AHEAD": "0"}),
     "kdb-no-gc-freeze": ("package, no gc.freeze", True, False, False, {"MIOPY_GC_FREEZE": "0"}),
+    "kdb-no-stream-warm-up": (
+        "package, no cuBLASLt call on the stream ahead",
+        True,
+        False,
+        False,
+        {"MIOPY_LIBRARY_STREAM_WARM_UP": "0"},
+    ),
 }
 
 
@@ -425,7 +440,8 @@ def _line(r: dict) -> str:
         f"warm {r['warm_s_min']:8.3f} s  ratio {r['ratio_min']:6.2f}x  "
         f"compiled {r['compiled']:4d}  loaded {r['loaded']:4d}  "
         f"chosen {r['chosen']:4d}  with program {r.get('planned') if r.get('planned') is not None else '-'}  "
-        f"warmed {r['warmed'] if r['warmed'] is not None else '-'}\n"
+        f"warmed {r['warmed'] if r['warmed'] is not None else '-'}  "
+        f"on the stream {r.get('stream_warmed', '-')}  cuBLASLt heuristics {r.get('lt_heuristics', '-')}\n"
         f"{'':24s} best of {n} processes{spread}; ratio of each run {ratios}\n"
         f"{'':24s} fresh process to first result {r['to_first_s_min']:.3f} s (median "
         f"{r['to_first_s_median']:.3f}; interpreter, imports, handle {r['handle_s']:.3f} s, buffers), "

@@ -92,7 +92,9 @@ class Handle:
         if warm is not None and config.library_warm_up() and not config.disable_cache():
             warm(self.package_choices.library_calls)  # made here: the thread only reads it
         elif precheck is not None and not config.disable_cache():
-            precheck(self.package_choices.library_calls)  # checks only: nothing runs
+            # checks, then with a package one cuBLASLt call per algorithm on this handle's stream
+            stream = config.library_stream_warm_up() and self.package_choices.path is not None
+            precheck(self.package_choices.library_calls, stream_warm_up=stream)
         prefetch = config.kernel_prefetch(self.backend.name) and not config.disable_cache()
         # kernel key columns -> kernel loaded by the set-up thread (_read_package), taken by compile
         self._loaded_ahead: dict[tuple[str, ...], Any] = {}

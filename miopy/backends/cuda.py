@@ -316,6 +316,7 @@ extern "C" __global__ void miopy_spin(unsigned long long ns) {
 }
 """
 _SPIN_MAX_NS = 200_000_000
+STREAM_WARM_UP_WAIT_S = 10.0  # the most a first cuBLASLt call waits for the set-up thread's calls
 
 
 def _c_scalar(value: np.generic) -> ctypes.Array:
@@ -461,6 +462,8 @@ class Backend(BackendBase):
         self.library_warmed = 0  # vendor-library calls run ahead by warm_library
         self.lt_initialized_s: float | None = None  # cuBLASLt's initialization on that thread
         self.library_prechecked = 0  # recorded cuBLASLt algorithms checked by precheck_library
+        self.library_stream_warmed = 0  # cuBLASLt calls run on the handle's stream ahead
+        self._lt_stream_ready: threading.Event | None = None  # set once those are enqueued
         self._blas_thread = threading.Thread(target=self._set_up_blas, name="miopy-blas-set-up", daemon=True)
         self._blas_thread.start()
         atexit.register(self._blas_thread.join, 10)  # never torn down in the middle of it
@@ -478,23 +481,33 @@ class Backend(BackendBase):
         except Exception as exc:  # the first GEMM tries again and says what went wrong
             _log.debug("cuBLAS set-up in the background failed (%s)", exc)
 
-    def precheck_library(self, load: Callable[[], list[Any]]) -> None:
+    def precheck_library(self, load: Callable[[], list[Any]], stream_warm_up: bool = False) -> None:
         """Check the recorded cuBLASLt algorithms of the library calls that ``load()`` describes
-        (a kernel package's), on a thread of its own after the BLAS set-up: nothing runs on the
-        device, the first iteration's applicability checks then find them checked
-        (cuda_libs.precheck)."""
+        (a kernel package's), on a thread of its own after the BLAS set-up: the first iteration's
+        applicability checks then find them checked (cuda_libs.precheck). With ``stream_warm_up``
+        and such algorithms, one call per algorithm then runs on this backend's stream as it is
+        now (cuda_warm.warm_on_stream); the first ``prepare_lt_matmul`` waits until they are
+        enqueued."""
+        stream_ptr = self._sptr  # the handle's stream, read here: never a capture's
 
         def run() -> None:
             from miopy.backends import cuda_libs, cuda_warm
 
             self._blas_thread.join()
+            values: list[Any] = []
             try:
-                calls = [c for c in map(cuda_warm.parse, load()) if isinstance(c, cuda_warm._LtCall)]
+                values = load()
+                calls = [c for c in map(cuda_warm.parse, values) if isinstance(c, cuda_warm._LtCall)]
                 recorded = [(c.key, c.algo) for c in dict.fromkeys(calls) if isinstance(c.algo, tuple)]
                 with self.device:
                     self.library_prechecked = cuda_libs.precheck(recorded)
             except Exception as exc:  # the first iteration checks them itself
                 _log.debug("cuBLASLt pre-check failed (%s)", exc)
+            if ready is not None:
+                self.library_stream_warmed = cuda_warm.warm_on_stream(self, values, stream_ptr, ready)
+
+        ready = threading.Event() if stream_warm_up else None
+        self._lt_stream_ready = ready
 
         self._precheck_thread = threading.Thread(target=run, name="miopy-lt-precheck", daemon=True)
         self._precheck_thread.start()
@@ -1102,6 +1115,10 @@ class Backend(BackendBase):
         """Candidate ``index`` of the cuBLASLt product ``gemm`` (cuda_libs.LtGemm) on these
         buffers (offsets in bytes), as a prepared call on this backend's stream. cuBLASLt's own
         scratch starts ``workspace_offset`` bytes into ``workspace``; ``beta`` 1 adds to D."""
+        ready = self._lt_stream_ready
+        if ready is not None:  # the set-up thread's calls on this stream go first (precheck_library)
+            ready.wait(STREAM_WARM_UP_WAIT_S)
+            self._lt_stream_ready = None
         need = gemm.pick(index)[1]
         if need and (workspace is None or self.nbytes(workspace) < workspace_offset + need):
             have = workspace if workspace is None else self.nbytes(workspace)

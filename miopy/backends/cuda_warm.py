@@ -12,6 +12,12 @@ stream nor it for them. MIOPY_LIBRARY_WARM_UP=1 turns it on: it is off by defaul
 competes with whatever the process does meanwhile (measured on an H200 with a ResNet-50 training
 iteration's problems: 0.08 s off the first iteration, 0.25 s more for the set-up before it).
 
+``warm_on_stream`` is the other warm-up, on by default with a package that names cuBLASLt
+algorithms (MIOPY_LIBRARY_STREAM_WARM_UP): one call per distinct algorithm on the handle's own
+stream, made by the set-up thread after the algorithms were checked, since the first cuBLASLt call
+of a process on a stream blocked the host (about 10 ms in an H200 first iteration) even after the
+private-stream warm-up.
+
 The descriptions are data read from a package: every field is checked (``parse``), the scratch
 memory is sized from the call itself (so no call reads or writes past it), and a call that needs
 more than WARM_MAX_BYTES is skipped."""
@@ -182,6 +188,62 @@ def warm(backend: Any, values: list[Any]) -> int:
     return ran
 
 
+def warm_on_stream(backend: Any, values: list[Any], stream_ptr: int, enqueued: Any) -> int:
+    """One cuBLASLt call per distinct algorithm of ``values`` (the smallest call of each; recorded
+    algorithms only, rebuilt and checked as the solvers do) on the raw stream ``stream_ptr``, the
+    handle's own, on scratch memory: the user's first cuBLASLt call on that stream then finds it
+    used. ``enqueued`` (a threading.Event) is set once the calls are enqueued, before they ran,
+    whatever happens; the scratch memory goes back to the pool when they are done. Returns how
+    many were enqueued; never raises."""
+    from miopy.backends import cuda_libs as libs
+
+    ran = 0
+    try:
+        calls = [c for c in map(parse, values) if isinstance(c, _LtCall) and isinstance(c.algo, tuple)]
+        smallest: dict[tuple[int, ...], _LtCall] = {}
+        for call in sorted(dict.fromkeys(calls), key=_LtCall.nbytes):
+            if call.nbytes() <= WARM_MAX_BYTES:
+                smallest.setdefault(call.algo, call)  # type: ignore[arg-type]
+        if not smallest:
+            return 0
+        started = time.perf_counter()
+        cp = backend._cp
+        with backend.device:
+            chosen = []
+            for call in smallest.values():
+                try:
+                    gemm = libs.lt_gemm(call.key)  # the solvers' own product: checked once
+                    algo = gemm.resolve(call.algo)
+                    if algo is not None:
+                        chosen.append((call, gemm, algo))
+                except Exception as exc:
+                    _log.debug("stream warm-up: cuBLASLt product %s skipped (%s)", call.key, exc)
+            if not chosen:
+                return 0
+            size = max(c.nbytes() for c, _, _ in chosen)
+            region = (size + 255) // 256 * 256
+            memory = cp.cuda.alloc(region + max(a.workspace for _, _, a in chosen))
+            base = int(memory.ptr)
+            owner = type("UserStream", (), {"_sptr": stream_ptr})()
+            for call, gemm, algo in chosen:
+                try:
+                    gemm.prepare(algo, base, base, base, base + region, owner)()
+                    ran += 1
+                except Exception as exc:
+                    _log.debug("stream warm-up: %s skipped (%s)", call, exc)
+            done = cp.cuda.Event(disable_timing=True)
+            done.record(cp.cuda.ExternalStream(stream_ptr) if stream_ptr else cp.cuda.Stream.null)
+            enqueued.set()
+            done.synchronize()  # this thread waits, not the user's; then the scratch goes back
+            del memory
+        _log.info("stream warm-up: %d cuBLASLt calls in %.3f s", ran, time.perf_counter() - started)
+    except Exception as exc:  # the first iteration makes its first calls itself
+        _log.debug("stream warm-up failed (%s)", exc)
+    finally:
+        enqueued.set()
+    return ran
+
+
 def _run_gemm(lib: Any, blas: ctypes.c_void_p, call: _GemmCall, base: int) -> None:
     from miopy.backends import cuda_libs as libs
 
@@ -201,4 +263,4 @@ def _run_gemm(lib: Any, blas: ctypes.c_void_p, call: _GemmCall, base: int) -> No
     libs.check(status, "cublasGemmEx (warm-up)")
 
 
-__all__ = ["WARM_MAX_BYTES", "describe", "parse", "warm"]
+__all__ = ["WARM_MAX_BYTES", "describe", "parse", "warm", "warm_on_stream"]

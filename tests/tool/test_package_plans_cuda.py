@@ -85,3 +85,18 @@ def test_a_package_with_cublaslt_programs_runs_them_without_the_heuristics(isola
     for solution in got:
         check(h, solution, np.random.default_rng(7))
     assert cuda_libs.heuristic_calls == before
+    h.backend._precheck_thread.join()
+    # the set-up thread's cuBLASLt calls on the handle's stream (one per distinct algorithm)
+    assert h.backend.library_prechecked == 2 and h.backend.library_stream_warmed >= 1
+    assert h.backend._lt_stream_ready is None  # the first call waited for them, once
+
+
+def test_no_cublaslt_call_runs_ahead_without_a_package(isolated):
+    """Without a kernel package the handle's stream gets no warm-up call, and a cuBLASLt
+    solution's first call does not wait for one."""
+    from miopy.handle import Handle
+
+    h = Handle("cuda")
+    assert h.package_choices.path is None and h.backend._lt_stream_ready is None
+    h.backend._precheck_thread.join()
+    assert h.backend.library_stream_warmed == 0

@@ -199,3 +199,29 @@ def test_the_cublaslt_solvers_programs_are_written(monkeypatch, name, config, la
         else:
             assert read == mine
     assert again.workspace == program.workspace and again.notes == program.notes
+
+
+def test_the_stream_warm_up_never_raises_and_always_lets_the_first_call_go():
+    """cuda_warm.warm_on_stream (the set-up thread's cuBLASLt calls on the handle's stream): with
+    no recorded cuBLASLt algorithm nothing runs, and with a backend that fails it returns 0; the
+    event the first cuBLASLt call waits on is set either way."""
+    import threading
+
+    from miopy.backends import cuda_warm
+
+    gemm_only = {"kind": "gemm", "dtype": "FP32", "trans_a": False, "trans_b": False}
+    gemm_only |= dict.fromkeys(("m", "n", "k", "lda", "ldb", "ldc", "batch"), 4)
+    gemm_only |= dict.fromkeys(("stride_a", "stride_b", "stride_c"), 0)
+    by_index = {"kind": "lt", "key": list(KEY), "algo": 3}  # a heuristics index: not recorded
+    for values in ([], [gemm_only, by_index, {"kind": "lt", "key": [1], "algo": []}]):
+        ready = threading.Event()
+        assert cuda_warm.warm_on_stream(object(), values, 0, ready) == 0 and ready.is_set()
+
+    class Broken:
+        @property
+        def device(self):
+            raise RuntimeError("no device")
+
+    ready = threading.Event()
+    recorded = {"kind": "lt", "key": list(KEY), "algo": list(CONFIG)}
+    assert cuda_warm.warm_on_stream(Broken(), [recorded], 0, ready) == 0 and ready.is_set()
