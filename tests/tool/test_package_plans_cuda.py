@@ -68,10 +68,14 @@ def test_a_package_with_cublaslt_programs_runs_them_without_the_heuristics(isola
 
     (tmp_path / "w.txt").write_text(LT_WORKLOAD)
     work = workload.load(str(tmp_path / "w.txt"))
-    real = kernels.solvers_for
+    real, real_applicable = kernels.solvers_for, kernels.applicable
     monkeypatch.setattr(kernels, "solvers_for", lambda p: [s for s in real(p) if s.name.startswith("GemmLt")])
+    monkeypatch.setattr(  # and only their kernels compiled: a cheap build
+        kernels, "applicable", lambda c, p: [s for s in real_applicable(c, p) if s.name.startswith("GemmLt")]
+    )
     manifest = kernels.build(target.target("cuda"), work, tmp_path / "out")
     monkeypatch.setattr(kernels, "solvers_for", real)
+    monkeypatch.setattr(kernels, "applicable", real_applicable)
     assert manifest["plans"] == len(work.problems) == 2
     shutil.copyfile(manifest["path"], isolated / "kdb" / f"{manifest['db_basename']}.kdb")
     gemm_lt._lt_gemm.cache_clear()  # as in a fresh process: no product known yet
