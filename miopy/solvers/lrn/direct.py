@@ -205,14 +205,17 @@ class LrnCrossRing(_Lrn):
             return f"window {problem.n} > {RING_MOST}"
         return None
 
+    KERNELS = {Pass.FORWARD: "lrn_fwd_cross_ring", Pass.BACKWARD: "lrn_bwd_cross_ring"}
+
+    def _defines(self, problem: LRNProblem) -> dict:
+        return {"MIOPY_DTYPE": problem.dtype.code, "LRN_SIZE": int(problem.n)}
+
     def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
         p = problem
         n, _, h, w = p.x.lens
         forward = p.direction is Pass.FORWARD
-        kernel = "lrn_fwd_cross_ring" if forward else "lrn_bwd_cross_ring"
         global_size, local_size = grid_1d(n * h * w)
-        defines = {"MIOPY_DTYPE": p.dtype.code, "LRN_SIZE": int(p.n)}
-        spec = KernelSpec("lrn", kernel, defines, global_size, local_size)
+        spec = KernelSpec("lrn", self.KERNELS[p.direction], self._defines(p), global_size, local_size)
         if forward:
             args = (*_fwd_buffers(p), *_shape(p), *_strides(p, "x", "y"), *_fwd_tail(p))
         else:
@@ -237,20 +240,10 @@ class LrnCrossRingChunk(LrnCrossRing):
             return "backend is not CUDA (lrn_ring_chunk.h is CUDA code)"
         return super().is_applicable(ctx, problem)
 
-    def get_program(self, ctx, problem: LRNProblem, config=None) -> Program:
-        p = problem
-        n, _, h, w = p.x.lens
-        forward = p.direction is Pass.FORWARD
-        kernel = "lrn_fwd_ring_chunk" if forward else "lrn_bwd_ring_chunk"
-        global_size, local_size = grid_1d(n * h * w)
-        defines = {"MIOPY_DTYPE": p.dtype.code, "LRN_SIZE": int(p.n), "LRNR_U": self.RING_CHUNK[p.direction]}
-        spec = KernelSpec("lrn", kernel, defines, global_size, local_size)
-        if forward:
-            args = (*_fwd_buffers(p), *_shape(p), *_strides(p, "x", "y"), *_fwd_tail(p))
-        else:
-            args = (*(Tensor(r) for r in BWD_ROLES), *_shape(p), *_strides(p, *BWD_ROLES))
-            args += (np.float32(p.alpha), np.float32(p.beta))
-        return Program((Launch(spec, args),))
+    KERNELS = {Pass.FORWARD: "lrn_fwd_ring_chunk", Pass.BACKWARD: "lrn_bwd_ring_chunk"}
+
+    def _defines(self, problem: LRNProblem) -> dict:
+        return {**super()._defines(problem), "LRNR_U": self.RING_CHUNK[problem.direction]}
 
 
 CHUNK_REACH = 4  # LRNC_REACH: channels a window of LrnChannelsChunk reaches each side
