@@ -442,6 +442,7 @@ class Backend(BackendBase):
         self._modules: dict[bytes, Any] = {}
         self._lock = threading.Lock()
         self._sptr = 0  # the stream's handle, read by every prepared call
+        self._user_sptr = 0  # the stream the user set last (_sptr is a capture's while capturing)
         self._c_sptr = ctypes.c_void_p(0)
         # A lone kernel launch replays as a graph too when this is set (see finish_prepared).
         self.graph_single_launch = config.graph_single_launch()
@@ -485,10 +486,9 @@ class Backend(BackendBase):
         """Check the recorded cuBLASLt algorithms of the library calls that ``load()`` describes
         (a kernel package's), on a thread of its own after the BLAS set-up: the first iteration's
         applicability checks then find them checked (cuda_libs.precheck). With ``stream_warm_up``
-        and such algorithms, one call per algorithm then runs on this backend's stream as it is
-        now (cuda_warm.warm_on_stream); the first ``prepare_lt_matmul`` waits until they are
-        enqueued."""
-        stream_ptr = self._sptr  # the handle's stream, read here: never a capture's
+        and such algorithms, one call per algorithm then runs on this backend's stream as the
+        user set it last (cuda_warm.warm_on_stream); the first ``prepare_lt_matmul`` waits until
+        they are enqueued."""
 
         def run() -> None:
             from miopy.backends import cuda_libs, cuda_warm
@@ -503,8 +503,8 @@ class Backend(BackendBase):
                     self.library_prechecked = cuda_libs.precheck(recorded)
             except Exception as exc:  # the first iteration checks them itself
                 _log.debug("cuBLASLt pre-check failed (%s)", exc)
-            if ready is not None:
-                self.library_stream_warmed = cuda_warm.warm_on_stream(self, values, stream_ptr, ready)
+            if ready is not None:  # the user's stream as set last (never a capture's, see _capture)
+                self.library_stream_warmed = cuda_warm.warm_on_stream(self, values, self._user_sptr, ready)
 
         ready = threading.Event() if stream_warm_up else None
         self._lt_stream_ready = ready
@@ -575,6 +575,7 @@ class Backend(BackendBase):
         self.stream = cp.cuda.Stream.null if ptr == 0 else _external_stream(cp, ptr, self.device_id)
         self._sptr = ptr
         self._c_sptr = ctypes.c_void_p(ptr)
+        self._user_sptr = ptr
 
     def _refresh_stream(self) -> None:
         ptr = self._current()

@@ -14,9 +14,9 @@ iteration's problems: 0.08 s off the first iteration, 0.25 s more for the set-up
 
 ``warm_on_stream`` is the other warm-up, on by default with a package that names cuBLASLt
 algorithms (MIOPY_LIBRARY_STREAM_WARM_UP): one call per distinct algorithm on the handle's own
-stream, made by the set-up thread after the algorithms were checked, since the first cuBLASLt call
-of a process on a stream blocked the host (about 10 ms in an H200 first iteration) even after the
-private-stream warm-up.
+stream (as the user set it last; skipped while that stream is being captured), made by the set-up
+thread after the algorithms were checked, since the first cuBLASLt call of a process on a stream
+blocked the host (about 10 ms in an H200 first iteration) even after the private-stream warm-up.
 
 The descriptions are data read from a package: every field is checked (``parse``), the scratch
 memory is sized from the call itself (so no call reads or writes past it), and a call that needs
@@ -218,7 +218,7 @@ def warm_on_stream(backend: Any, values: list[Any], stream_ptr: int, enqueued: A
                         chosen.append((call, gemm, algo))
                 except Exception as exc:
                     _log.debug("stream warm-up: cuBLASLt product %s skipped (%s)", call.key, exc)
-            if not chosen:
+            if not chosen or _capturing(cp, stream_ptr):
                 return 0
             size = max(c.nbytes() for c, _, _ in chosen)
             region = (size + 255) // 256 * 256
@@ -242,6 +242,16 @@ def warm_on_stream(backend: Any, values: list[Any], stream_ptr: int, enqueued: A
     finally:
         enqueued.set()
     return ran
+
+
+def _capturing(cp: Any, stream_ptr: int) -> bool:
+    """Whether the stream is being captured into a CUDA graph (a warm-up call there would join the
+    user's graph), or cannot be asked (the legacy stream while another one captures)."""
+    try:
+        found = getattr(cp.cuda.runtime, "streamIsCapturing", None)
+        return bool(found(stream_ptr)) if found is not None else False
+    except Exception:
+        return True
 
 
 def _run_gemm(lib: Any, blas: ctypes.c_void_p, call: _GemmCall, base: int) -> None:

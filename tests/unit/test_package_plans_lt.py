@@ -225,3 +225,22 @@ def test_the_stream_warm_up_never_raises_and_always_lets_the_first_call_go():
     ready = threading.Event()
     recorded = {"kind": "lt", "key": list(KEY), "algo": list(CONFIG)}
     assert cuda_warm.warm_on_stream(Broken(), [recorded], 0, ready) == 0 and ready.is_set()
+
+
+def test_a_stream_being_captured_gets_no_warm_up_call():
+    """No warm-up call joins a user's CUDA graph: a capturing stream, or one the runtime will not
+    answer for (the legacy stream while another captures), is skipped."""
+    from types import SimpleNamespace
+
+    from miopy.backends import cuda_warm
+
+    def runtime(answer):
+        def is_capturing(ptr):
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        return SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace(streamIsCapturing=is_capturing)))
+
+    assert cuda_warm._capturing(runtime(1), 5) and not cuda_warm._capturing(runtime(0), 5)
+    assert cuda_warm._capturing(runtime(RuntimeError("implicit capture")), 0)
