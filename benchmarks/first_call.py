@@ -31,21 +31,20 @@ iteration, with the minimum and median over the processes):
   immediate-mode choices) and ``warmed`` (library calls the handle ran ahead).
 
 Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-warm-up``
-(MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-load-ahead`` (MIOPY_KERNEL_LOAD_AHEAD=0: the package's
-binaries read ahead but each kernel loaded at its first use, as before the set-up thread loaded
-them), ``kdb-no-gc-freeze`` (MIOPY_GC_FREEZE=0: Python's collector not frozen after the
-handle's set-up), ``kdb-no-stream-warm-up`` (MIOPY_LIBRARY_STREAM_WARM_UP=0: no cuBLASLt call
-on the handle's stream ahead of the first iteration), ``kdb-no-choices`` (a copy of the package
-without its choices and library calls, as packages were before them), ``kdb-no-programs`` (a copy of
-the package without the programs of its chosen solutions: each choice checked against its solver
-and its program made by the solver, as before packages carried programs), ``again`` (OpenCL: the
-package in a new process
-that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on first
-launch and caches that), ``kdb-eager`` (CUDA_MODULE_LOADING=EAGER: CUDA loads every kernel of
-cuBLAS and cuBLASLt when they are loaded, in the handle's set-up, instead of each at its first
-call in the first iteration; that set-up shows in the time from process start to first
-result). On OpenCL each run gets an empty PoCL cache (``POCL_CACHE_DIR``) unless it is
-``again``, so PoCL's own cache does not hide the compiles of the case without a package.
+(MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-load-ahead`` (MIOPY_KERNEL_LOAD_AHEAD=0: the package's binaries
+read ahead but each kernel loaded at its first use, as before the set-up thread loaded them),
+``kdb-no-gc-freeze`` (MIOPY_GC_FREEZE=0: Python's collector not frozen after the handle's set-up),
+``kdb-stream-warm-up`` (MIOPY_LIBRARY_STREAM_WARM_UP=1: one cuBLASLt call per recorded algorithm on
+the handle's stream ahead of the first iteration), ``kdb-no-choices`` (a copy of the package without
+its choices and library calls, as packages were before them), ``kdb-no-programs`` (a copy of the
+package without the programs of its chosen solutions: each choice checked against its solver and its
+program made by the solver, as before packages carried programs), ``again`` (OpenCL: the package in
+a new process that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on
+first launch and caches that), ``kdb-eager`` (CUDA_MODULE_LOADING=EAGER: CUDA loads every kernel of
+cuBLAS and cuBLASLt when they are loaded, in the handle's set-up, instead of each at its first call
+in the first iteration; that set-up shows in the time from process start to first result). On OpenCL
+each run gets an empty PoCL cache (``POCL_CACHE_DIR``) unless it is ``again``, so PoCL's own cache
+does not hide the compiles of the case without a package.
 
     python benchmarks/first_call.py --workload resnet50-iter --batch 32 --repeat 3     # CUDA
     python benchmarks/first_call.py --backend opencl --workload resnet50-iter --image 64 --batch 1
@@ -335,12 +334,12 @@ VARIANTS = {
     "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
     "kdb-no-load-ahead": ("package, no load ahead", True, False, False, {"MIOPY_KERNEL_LOAD_AHEAD": "0"}),
     "kdb-no-gc-freeze": ("package, no gc.freeze", True, False, False, {"MIOPY_GC_FREEZE": "0"}),
-    "kdb-no-stream-warm-up": (
-        "package, no cuBLASLt call on the stream ahead",
+    "kdb-stream-warm-up": (
+        "package, cuBLASLt calls on the stream ahead",
         True,
         False,
         False,
-        {"MIOPY_LIBRARY_STREAM_WARM_UP": "0"},
+        {"MIOPY_LIBRARY_STREAM_WARM_UP": "1"},
     ),
 }
 
