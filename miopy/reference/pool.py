@@ -179,7 +179,7 @@ def random_buffers(p: PoolingProblem, rng: np.random.Generator) -> dict[str, np.
 
 def samples() -> list[PoolingProblem]:
     """Small problems on which every pooling solver runs: channels-last with vector channels, NCHW,
-    3-D, each mode and index kind."""
+    3-D, each mode and index kind, NCHW max (PoolingBwdScatterRowsCpu)."""
     from miopy.problem.pooling import PoolingDesc
     from miopy.tensor import TensorDesc
 
@@ -195,6 +195,7 @@ def samples() -> list[PoolingProblem]:
                 (1, 3, 4, 5, 6),
                 "NCDHW",
             ),
+            ("bf16", PoolingDesc("max", (3, 3), (2, 2), (1, 1)), (1, 3, 7, 9), "NCHW"),
         ):
             out.append(PoolingProblem.create(desc, TensorDesc(dtype, lens, layout=layout), direction))
     return out

@@ -382,3 +382,35 @@ def test_static_cells(ocl):
                 static += 1
                 check_pool(ocl, make_solution(CudaLike(), problem, sv, cfg), rng)
     assert static >= 8
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cpu_scatter_rows_backward(ocl, dtype, monkeypatch):
+    """PoolingBwdScatterRowsCpu (pool_bwd_scatter_rows_cpu: max, NCHW / NCDHW with 2-D windows) in
+    bands of 2 dx rows (outputs whose windows reach past the band added by both bands, each stored
+    only inside its own): overlapping and non-overlapping windows, padding at both edges, strides
+    1-3, a partial block of 8 outputs, depth stride 2 (dx planes no output covers: zeros); the index
+    in the window (u8, u16) and in the image (u32), four programs. Average pooling and 3-D windows are
+    refused."""
+    from miopy.solvers.pool import PoolingBwdScatterRowsCpu, cpu_scatter_rows
+
+    monkeypatch.setattr(cpu_scatter_rows, "BAND_MOST", 2)
+    rng = np.random.default_rng(53)
+    solver = PoolingBwdScatterRowsCpu()
+    cases = [
+        ("NCHW", (1, 2, 5, 37), (3, 3), (2, 2), (1, 1)),
+        ("NCHW", (2, 3, 7, 9), (2, 4), (2, 3), (0, 2)),
+        ("NCHW", (1, 1, 6, 12), (3, 2), (1, 1), (1, 1)),
+        ("NCDHW", (1, 2, 3, 4, 10), (1, 3, 3), (2, 1, 2), (0, 1, 1)),
+    ]
+    kinds = {
+        "fp32": (("max", "mask", "u8"), ("max", "image", "u32")),
+        "fp16": (("max", "mask", "u16"),),
+        "bf16": (("max", "mask", "u8"),),
+    }
+    _check_backward_cases(ocl, solver, dtype, cases, kinds[dtype], rng)
+    avg = PoolingProblem.create(PoolingDesc("avg", (2, 2), (2, 2)), TensorDesc(dtype, (1, 3, 4, 5)), "B")
+    assert solver.is_applicable(ocl, avg).startswith("not max pooling")
+    deep = PoolingDesc("max", (2, 3, 3), (2, 2, 1), (1, 1, 0))
+    three = PoolingProblem.create(deep, TensorDesc(dtype, (1, 3, 4, 5, 6), layout="NCDHW"), "B")
+    assert solver.is_applicable(ocl, three).startswith("window depth 2")

@@ -183,6 +183,103 @@ KERNEL void pool_bwd_scatter_channels_cpu(GLOBAL data_t* RESTRICT dxp, const GLO
             }
         }
 }
+
+/* pool_bwd_scatter_rows_cpu: max pooling backward over rows-contiguous tensors (NCHW: dx, dy and
+   the index W-contiguous) with 2-D windows (kd == 1, pd == 0), by scatter into a private band:
+   a work item per (n, c, d, band of RH dx rows) zeroes the dx rows the covering outputs' windows
+   span (padding columns included: the buffer's column j is dx column j - pw, BW floats a row),
+   reads 8 outputs and their indices at a time, decodes each index into its window's row and
+   column in vector operations (kh compares: no division), adds each lane's dy to its one target
+   (8 scalar adds; a lane whose index names no position of its window, or past Wo, adds to a slot
+   never stored) and stores the band's rows (8 columns a vector). Every output is read once a
+   band and costs one add, where the gathering pool_bwd_rows_cpu tests every window tap of every
+   dx element (2.25 compare-selects an element for a 3x3/2 window). Targets in the padding or in
+   rows outside the band land in the buffer and are not stored. */
+#define PSR_BUF 8192 /* floats of the band's buffer (the solver picks RH and BW to fit) */
+
+KERNEL void pool_bwd_scatter_rows_cpu(GLOBAL data_t* RESTRICT dxp, const GLOBAL data_t* RESTRICT dyp,
+                                      const GLOBAL idx_t* RESTRICT ip, PSC_SHAPE_ARGS, int BW)
+{
+    const int bands = (Hi + RH - 1) / RH;
+    const i64 t = GLOBAL_ID0;
+    if(t >= (i64)N * C * Di * bands)
+        return;
+    const int h0 = (int)(t % bands) * RH, h1 = min(h0 + RH, Hi);
+    const i64 r1 = t / bands;
+    const int di = (int)(r1 % Di);
+    const i64 nc = r1 / Di, n = nc / C, c = nc - n * C;
+    float8 acc8[PSR_BUF / 8 + 1]; /* 32-byte aligned: the zeroing in whole vectors */
+    float* acc = (float*)acc8;
+    PSC_COVER(oh0, oh1, h0, h1, ph, sh, kh, Ho)
+    /* od covering di: kd == 1, pd == 0 */
+    const int od = di % sd == 0 && di / sd < Do ? di / sd : -1;
+    const int yb0 = oh0 * sh - ph; /* dx row of the buffer's row 0 */
+    const int rows = od >= 0 && oh1 > oh0 ? (oh1 - 1 - oh0) * sh + kh : 0;
+    for(int i = 0; i < rows * BW / 8; ++i)
+        acc8[i] = (float8)(0.0f);
+    if(rows > 0)
+    {
+        const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+        const int dummy = PSR_BUF;
+        for(int oh = oh0; oh < oh1; ++oh)
+        {
+            const int y0 = oh * sh - ph, rowbase = (y0 - yb0) * BW;
+            const i64 yrow = n * yn + c * yc + od * yd + oh * yh;
+            const i64 irow = n * in_ + c * ic + od * id_ + oh * ih_;
+#if POOL_INDEX_IMAGE
+            const int rw = Wi, at0 = (di * Hi + y0) * Wi - pw; /* index of the window's first tap: at0 + ow sw */
+#else
+            const int rw = kw;
+#endif
+            for(int ow0 = 0; ow0 < Wo; ow0 += 8)
+            {
+                const float8 g = psc_lanes(dyp, yrow, ow0, Wo);
+                const int8 got = psc_index_lanes(ip, irow, ow0, Wo, iw_);
+                const int8 col = ((int8)(ow0) + lane) * sw; /* buffer column of each window's first tap */
+#if POOL_INDEX_IMAGE
+                const int8 rel = got - ((int8)(at0) + col);
+#else
+                const int8 rel = got;
+#endif
+                int8 tgt = (int8)(dummy);
+                for(int fy = 0; fy < kh; ++fy)
+                {
+                    const int8 f = rel - (int8)(fy * rw);
+                    tgt = select(tgt, (int8)(rowbase + fy * BW) + col + f, (f >= 0) & (f < kw) & (got >= 0));
+                }
+                acc[tgt.s0] += g.s0;
+                acc[tgt.s1] += g.s1;
+                acc[tgt.s2] += g.s2;
+                acc[tgt.s3] += g.s3;
+                acc[tgt.s4] += g.s4;
+                acc[tgt.s5] += g.s5;
+                acc[tgt.s6] += g.s6;
+                acc[tgt.s7] += g.s7;
+            }
+        }
+    }
+    for(int h = h0; h < h1; ++h)
+    {
+        const i64 xrow = n * xn + c * xc + di * xd + h * xh;
+        const int r = h - yb0;
+        const bool in = r >= 0 && r < rows;
+        for(int w0 = 0; w0 < Wi; w0 += 8)
+        {
+            const float8 v = in ? vload8(0, acc + r * BW + pw + w0) : (float8)(0.0f);
+            if(w0 + 8 <= Wi)
+                store_f8(dxp, xrow + w0, v);
+            else
+            {
+#define PSC_LANE(k, e)      \
+    if(w0 + (k) < Wi)       \
+        STORE(dxp, xrow + w0 + (k), v.e);
+                PSC_LANE(0, s0) PSC_LANE(1, s1) PSC_LANE(2, s2) PSC_LANE(3, s3)
+                PSC_LANE(4, s4) PSC_LANE(5, s5) PSC_LANE(6, s6)
+#undef PSC_LANE
+            }
+        }
+    }
+}
 #endif
 
 #endif
