@@ -54,6 +54,7 @@ from miopy.solvers.pool import (
     PoolingBwdDirect,
     PoolingBwdScatterCpu,
     PoolingBwdScatterRowsCpu,
+    PoolingBwdTilesCpu,
     PoolingBwdVec,
     PoolingFwdDirect,
     PoolingFwdVec,
@@ -123,6 +124,7 @@ SOLVERS: dict[str, list[Solver]] = {
     "pool": [
         PoolingFwdVec(),
         PoolingFwdDirect(),
+        PoolingBwdTilesCpu(),
         PoolingBwdScatterCpu(),
         PoolingBwdScatterRowsCpu(),
         PoolingBwdCpu(),

@@ -414,3 +414,35 @@ def test_cpu_scatter_rows_backward(ocl, dtype, monkeypatch):
     deep = PoolingDesc("max", (2, 3, 3), (2, 2, 1), (1, 1, 0))
     three = PoolingProblem.create(deep, TensorDesc(dtype, (1, 3, 4, 5, 6), layout="NCDHW"), "B")
     assert solver.is_applicable(ocl, three).startswith("window depth 2")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_cpu_tiles_backward(ocl, dtype):
+    """PoolingBwdTilesCpu (windows that do not overlap): pool_bwd_tiles_rows_cpu (NCHW: 2 columns
+    a stride of 2 by pairs, an odd last column; other shapes through its column table; rows in
+    the gaps between windows and past the last output; padding) and pool_bwd_tiles_channels_cpu
+    (NHWC, a partial block of 8 channels; NDHWC with dx planes no window covers), max with the
+    index in the window (u8, u16) and in the image (u32), average with and without the padding.
+    Overlapping windows are refused."""
+    from miopy.solvers.pool import PoolingBwdTilesCpu
+
+    rng = np.random.default_rng(59)
+    solver = PoolingBwdTilesCpu()
+    cases = [
+        ("NCHW", (1, 2, 6, 37), (2, 2), (2, 2), (0, 0)),
+        ("NCHW", (2, 3, 7, 11), (2, 2), (3, 3), (1, 1)),
+        ("NCHW", (1, 2, 5, 9), (1, 2), (2, 2), (0, 0)),
+        ("NHWC", (1, 11, 5, 7), (2, 2), (2, 2), (0, 0)),
+        ("NHWC", (2, 8, 7, 8), (2, 3), (3, 3), (1, 1)),
+        ("NDHWC", (1, 9, 3, 4, 5), (1, 2, 2), (2, 2, 2), (0, 0, 1)),
+    ]
+    kinds = {
+        "fp32": (("max", "mask", "u8"), ("max", "image", "u32"), ("avg", "mask", "u8")),
+        "fp16": (("avg", "mask", "u8"),),
+        "bf16": (("max", "mask", "u16"),),
+    }
+    _check_backward_cases(ocl, solver, dtype, cases, kinds[dtype], rng)
+    overlap = PoolingProblem.create(
+        PoolingDesc("max", (3, 3), (2, 2), (1, 1)), TensorDesc(dtype, (1, 3, 6, 6)), "B"
+    )
+    assert solver.is_applicable(ocl, overlap).startswith("windows (3, 3) overlap")

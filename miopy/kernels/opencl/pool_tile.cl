@@ -1,0 +1,1 @@
+#include "common/pool_tile_cpu.h"
