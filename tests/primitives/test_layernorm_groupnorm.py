@@ -274,3 +274,55 @@ def test_groupnorm_nhwc_backward_shape():
     assert shape((4, 64, 14, 14), 32, "fp32")[-1] == 0
     assert "power of two" in shape((2, 24, 17, 17), 8)
     assert "backend" in shape((32, 256, 56, 56), 32, ctx=support.fake_cuda_ctx("opencl"))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype):
+    """LayerNormFwdWarp / LayerNormBwdWarp's kernels (GPU devices only) on PoCL: teams of 4 and
+    more work items, rows that fill a team's chunks in part (last chunks masked) and work-groups
+    whose last teams have no row, several work-groups' weight-gradient partials, with and without
+    weights, data centred and far from zero."""
+    import miopy.solvers.norm.ln_warp as ln_warp
+
+    monkeypatch.setattr(ln_warp, "cpu_kernels", lambda ctx: False)
+    monkeypatch.setattr(ln_warp, "BWD_MIN_BLOCKS", 1)  # 2 work-groups of PoCL's compute units
+    rng = np.random.default_rng(14)
+    limit = {"fp32": 2e-6, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
+    vec = 4 if dtype == "fp32" else 8
+    for lens, dim in (((37, 3 * vec), 1), ((2, 41, 12 * vec), 2)):
+        for affine in (1, 0):
+            for d in "FB":
+                p = LayerNormProblem(NdDesc(dtype, lens), dim, 1e-5, affine, d)
+                name = "LayerNormFwdWarp" if d == "F" else "LayerNormBwdWarp"
+                solver = next(s for s in SOLVERS["layernorm"] if s.name == name)
+                assert solver.is_applicable(ocl, p) is None, p.key()
+                for offset in (0.0, 50.0):
+                    for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
+                        assert err < limit, f"{name} {p.key()} {role} offset {offset}: {err}"
+    odd = LayerNormProblem(NdDesc(dtype, (4, vec + 1)), 1, 1e-5, 1, "F")
+    assert "multiple" in ln_warp.LayerNormFwdWarp().is_applicable(ocl, odd)
+
+
+def test_layernorm_warp_shape():
+    """BERT rows: fp16 1024 and fp32 768 a warp each (4 / 6 chunks a work item); backward refuses
+    rows whose column sums would not fit the registers; CPU devices keep the *_cpu kernels."""
+    import support
+
+    from miopy.solvers.norm.ln_warp import LayerNormBwdWarp, LayerNormFwdWarp, lnw_shape
+
+    assert lnw_shape(1024, 8) == (32, 4) and lnw_shape(768, 4) == (32, 6) and lnw_shape(64, 8) == (4, 2)
+    ctx = support.fake_cuda_ctx()
+    assert (
+        LayerNormBwdWarp().is_applicable(ctx, LayerNormProblem(NdDesc("fp16", (64, 1024)), 1, 1e-5, 1, "B"))
+        is None
+    )
+    assert "registers" in LayerNormBwdWarp().is_applicable(
+        ctx, LayerNormProblem(NdDesc("fp16", (64, 2048)), 1, 1e-5, 1, "B")
+    )
+    assert (
+        LayerNormFwdWarp().is_applicable(ctx, LayerNormProblem(NdDesc("fp16", (64, 2048)), 1, 1e-5, 1, "F"))
+        is None
+    )
+    assert "CPU" in LayerNormFwdWarp().is_applicable(
+        support.fake_cuda_ctx("opencl"), LayerNormProblem(NdDesc("fp32", (4, 64)), 1, 1e-5, 1, "F")
+    )

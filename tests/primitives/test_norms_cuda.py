@@ -184,13 +184,18 @@ def test_layernorm_bert_rows(cuda, dtype, direction):
 
     rng = np.random.default_rng(3)
     p = LayerNormProblem(NdDesc(dtype, (4, 128, 768)), 2, 1e-5, 1, direction)
-    # packed, one-pass rows (LayerNormFwdRows / LayerNormBwdRows) and strided
-    assert _check_ln(cuda, p, rng) == 3
+    # packed, one-pass rows (LayerNormFwdRows / LayerNormBwdRows), a row a team
+    # (LayerNormFwdWarp / LayerNormBwdWarp) and strided
+    assert _check_ln(cuda, p, rng) == 4
     # several rows per work-group and many work-groups' weight-gradient partials; 1000 wide
     # (vectors in part of the last slice), far from zero
     for lens in ((2048, 1024), (300, 1000)):
         q = LayerNormProblem(NdDesc(dtype, lens), 1, 1e-5, 1, direction)
-        assert _check_ln(cuda, q, rng, offset=30.0) == 3
+        assert _check_ln(cuda, q, rng, offset=30.0) == 4
+    # without weights; rows of 40 (a team of 8 with masked chunks, fp16) and few rows
+    for lens in ((5, 40), (1000, 768)):
+        q = LayerNormProblem(NdDesc(dtype, lens), 1, 1e-5, 0, direction)
+        assert _check_ln(cuda, q, rng, offset=5.0) >= 3
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])

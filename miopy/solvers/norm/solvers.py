@@ -11,6 +11,7 @@ from miopy.solvers.norm.bn_program import bn_packed_program
 from miopy.solvers.norm.gn_nhwc import GroupNormFwdNhwc
 from miopy.solvers.norm.gn_nhwc_bwd import GroupNormBwdNhwc
 from miopy.solvers.norm.gn_rows import gn_rows_program, gn_rows_shape
+from miopy.solvers.norm.ln_warp import LayerNormBwdWarp, LayerNormFwdWarp
 from miopy.solvers.norm.program import ln_rows_program, ln_rows_shape, norm_program, packed_reason
 
 
@@ -107,9 +108,11 @@ class LayerNormBwdRows(LayerNormFwdRows):
 LAYERNORM_SOLVERS = [
     _make("layernorm", "LayerNormFwdPacked", 410, "ln_fwd", True),
     LayerNormFwdRows(),
+    LayerNormFwdWarp(),
     _make("layernorm", "LayerNormFwdStrided", 411, "ln_fwd", False),
     _make("layernorm", "LayerNormBwdPacked", 412, "ln_bwd", True),
     LayerNormBwdRows(),
+    LayerNormBwdWarp(),
     _make("layernorm", "LayerNormBwdStrided", 413, "ln_bwd", False),
 ]
 

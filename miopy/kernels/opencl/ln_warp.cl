@@ -1,0 +1,1 @@
+#include "common/ln_warp.h"
