@@ -36,12 +36,12 @@ def lnw_shape(length: int, vec: int, team_most: int = TEAM_MOST) -> tuple[int, i
 
 def lnw_reason(ctx, problem, kind: str, team_most: int = TEAM_MOST) -> str | None:
     """Why the team kernels do not apply, or None."""
+    if cpu_kernels(ctx):
+        return "backend on a CPU device (LayerNormFwdRows / LayerNormBwdRows have its kernels)"
     if getattr(problem, "primitive", None) != "layernorm":
         return "not a layer norm"
     if problem.norm_kind != kind:
         return f"pass is {problem.norm_kind}"
-    if cpu_kernels(ctx):
-        return "backend on a CPU device (LayerNormFwdRows / LayerNormBwdRows have its kernels)"
     if not problem.x.packed:
         return "x is not row-major"
     t = problem.tensors()
