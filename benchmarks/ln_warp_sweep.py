@@ -21,6 +21,7 @@ FWD = [
     {"team_most": 16},
     {"defines": {"VEC_LD_HINT": 1}},
     {"defines": {"VEC_LD_HINT": 1, "VEC_ST_HINT": 1}},
+    {"defines": {"VEC_LD_HINT": 2}},
 ]
 BWD = [
     {"group": 512, "min_blocks": 1},
@@ -29,6 +30,7 @@ BWD = [
     {"group": 256, "min_blocks": 3},
     {"defines": {"VEC_LD_HINT": 1}},
     {"defines": {"VEC_LD_HINT": 1, "VEC_ST_HINT": 1}},
+    {"defines": {"VEC_LD_HINT": 2}},
 ]
 
 
