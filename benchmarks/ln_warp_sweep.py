@@ -15,28 +15,24 @@ import norms
 
 from miopy.solvers.norm.ln_warp import LayerNormBwdWarp, LayerNormFwdWarp
 
+# relative to the defaults (ln_warp.FWD_DEFINES: evict-first loads and stores; ln_warp.BWD_SHAPE)
 FWD = [
     {"group": 128},
-    {"group": 512},
+    {"defines": {}},
+    {"group": 128, "defines": {}},
     {"team_most": 16},
-    {"defines": {"VEC_LD_HINT": 1}},
-    {"defines": {"VEC_LD_HINT": 1, "VEC_ST_HINT": 1}},
-    {"defines": {"VEC_LD_HINT": 2}},
 ]
 BWD = [
-    {"group": 512, "min_blocks": 1},
+    {"group": 256, "min_blocks": 2},
     {"group": 128, "min_blocks": 4},
-    {"group": 256, "min_blocks": 1},
-    {"group": 256, "min_blocks": 3},
-    {"defines": {"VEC_LD_HINT": 1}},
     {"defines": {"VEC_LD_HINT": 1, "VEC_ST_HINT": 1}},
-    {"defines": {"VEC_LD_HINT": 2}},
 ]
 
 
 def _variant(base: type, variant: dict):
     tag = "_".join(f"{k}{v}" for k, v in variant.items() if k != "defines")
-    tag += "".join(f"_{k}{v}" for k, v in variant.get("defines", {}).items())
+    if "defines" in variant:
+        tag += "".join(f"_{k}{v}" for k, v in variant["defines"].items()) or "_plain"
     name = "X" + base.name.removeprefix("LayerNorm") + "_" + tag.strip("_")
     return type(name, (base,), {"name": name, "variant": variant})()
 

@@ -285,7 +285,8 @@ def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype):
     import miopy.solvers.norm.ln_warp as ln_warp
 
     monkeypatch.setattr(ln_warp, "cpu_kernels", lambda ctx: False)
-    monkeypatch.setattr(ln_warp, "BWD_MIN_BLOCKS", 1)  # 2 work-groups of PoCL's compute units
+    # a work-group an SM: PoCL's few compute units' work-groups take several rows each
+    monkeypatch.setattr(ln_warp, "BWD_SHAPE", {2: (256, 1), 4: (256, 1)})
     rng = np.random.default_rng(14)
     limit = {"fp32": 2e-6, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
     vec = 4 if dtype == "fp32" else 8
@@ -305,7 +306,8 @@ def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype):
 
 def test_layernorm_warp_shape():
     """BERT rows: fp16 1024 and fp32 768 a warp each (4 / 6 chunks a work item); backward refuses
-    rows whose column sums would not fit the registers; CPU devices keep the *_cpu kernels."""
+    rows whose column sums would not fit the registers (fp32 1024: LayerNormBwdRows was faster);
+    CPU devices keep the *_cpu kernels."""
     import support
 
     from miopy.solvers.norm.ln_warp import LayerNormBwdWarp, LayerNormFwdWarp, lnw_shape
@@ -316,9 +318,10 @@ def test_layernorm_warp_shape():
         LayerNormBwdWarp().is_applicable(ctx, LayerNormProblem(NdDesc("fp16", (64, 1024)), 1, 1e-5, 1, "B"))
         is None
     )
-    assert "registers" in LayerNormBwdWarp().is_applicable(
-        ctx, LayerNormProblem(NdDesc("fp16", (64, 2048)), 1, 1e-5, 1, "B")
-    )
+    for dtype, length in (("fp16", 2048), ("fp32", 1024)):
+        assert "registers" in LayerNormBwdWarp().is_applicable(
+            ctx, LayerNormProblem(NdDesc(dtype, (64, length)), 1, 1e-5, 1, "B")
+        )
     assert (
         LayerNormFwdWarp().is_applicable(ctx, LayerNormProblem(NdDesc("fp16", (64, 2048)), 1, 1e-5, 1, "F"))
         is None

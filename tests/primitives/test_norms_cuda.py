@@ -191,7 +191,8 @@ def test_layernorm_bert_rows(cuda, dtype, direction):
     # (vectors in part of the last slice), far from zero
     for lens in ((2048, 1024), (300, 1000)):
         q = LayerNormProblem(NdDesc(dtype, lens), 1, 1e-5, 1, direction)
-        assert _check_ln(cuda, q, rng, offset=30.0) == 4
+        # fp32 backward rows of 1000+ are left to LayerNormBwdRows (ln_warp.BWD_REGS_MOST)
+        assert _check_ln(cuda, q, rng, offset=30.0) == (3 if dtype == "fp32" and direction == "B" else 4)
     # without weights; rows of 40 (a team of 8 with masked chunks, fp16) and few rows
     for lens in ((5, 40), (1000, 768)):
         q = LayerNormProblem(NdDesc(dtype, lens), 1, 1e-5, 0, direction)

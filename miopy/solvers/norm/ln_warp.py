@@ -19,11 +19,18 @@ from miopy.solvers.norm.program import LN_FX, LN_FY, VEC_BYTES, norm_spec
 TEAM_MOST = 32  # a warp
 FWD_PER_MOST = 8  # 16-byte chunks a work item holds forward (32 registers)
 # backward: registers a work item spends on its rows (x and dy raw, 4 each a chunk) and on the
-# weight gradients' column sums (2 a column)
-BWD_REGS_MOST = 128
+# weight gradients' column sums (2 a column). H200, BERT rows: fp32 rows of 768 (96) 52.3 us
+# against LayerNormBwdRows' 62.8; of 1024 (128: spills) 55.0 against 41.8, so those are left to it
+BWD_REGS_MOST = 96
 FWD_GROUP = 256  # work items a work-group (teams of one row each)
-BWD_GROUP = 256
-BWD_MIN_BLOCKS = 2  # work-groups an SM (__launch_bounds__: at most 128 registers a work item)
+# evict-first 16-byte loads and stores forward (VEC_LD_HINT / VEC_ST_HINT 1): H200, BERT rows,
+# 2-7 % faster than plain ones in 3 of 4 cases, 1 % slower in the fourth (fp16 8192x1024)
+FWD_DEFINES = {"VEC_LD_HINT": 1, "VEC_ST_HINT": 1}
+# backward's persistent grid by the data's item size: (work items a work-group, work-groups an SM
+# that __launch_bounds__ guarantees: at most 128 registers a work item either way). H200: fp16
+# 16384x768 40.0 us with (128, 4) against 42.2 with (256, 2), 8192x1024 36.1 against 38.2; fp32
+# 16384x768 52.3 with (256, 2) against 55.5
+BWD_SHAPE = {2: (128, 4), 4: (256, 2)}
 
 
 def lnw_shape(length: int, vec: int, team_most: int = TEAM_MOST) -> tuple[int, int]:
@@ -59,7 +66,8 @@ def lnw_reason(ctx, problem, kind: str, team_most: int = TEAM_MOST) -> str | Non
         return f"rows of {length} elements and their column sums do not fit a warp's registers"
     if kind == "ln_bwd" and getattr(ctx, "backend_name", None) != "cuda":
         # OpenCL adds the teams' column sums from a slice of local memory each
-        local = 2 * BWD_GROUP * per * vec * 4 + BWD_GROUP * 4
+        group = BWD_SHAPE[problem.x.dtype.itemsize][0]
+        local = 2 * group * per * vec * 4 + group * 4
         most = int(getattr(getattr(ctx, "info", None), "local_mem_size", 0) or 0)
         if local > most:
             return f"the teams' column sums need {local} bytes of local memory ({most})"
@@ -85,32 +93,26 @@ def lnw_program(ctx, problem, variant: dict | None = None) -> Program:
     length = problem.weight_desc.element_count
     rows = problem.x.element_count // length
     team, per = lnw_shape(length, VEC_BYTES // problem.x.dtype.itemsize, v.get("team_most", TEAM_MOST))
-    extra = v.get("defines")
     affine = problem.affine
     w = Tensor("weight") if affine else Tensor("x")
     if problem.norm_kind == "ln_fwd":
         group = v.get("group", FWD_GROUP)
-        defines = _defines(problem, team, per, group, v.get("min_blocks", 1), extra)
+        defines = _defines(problem, team, per, group, v.get("min_blocks", 1), v.get("defines", FWD_DEFINES))
         groups = max(1, min(-(-rows // (group // team)), MAX_GROUPS))
         spec = KernelSpec("ln_warp", "ln_warp_fwd", defines, (groups * group,), (group,))
         b = Tensor("bias") if affine else Tensor("x")
-        args = (
-            Tensor("x"),
-            Tensor("y"),
-            w,
-            b,
-            Tensor("mean"),
-            Tensor("rstd"),
-            np.int64(rows),
+        args = (Tensor("x"), Tensor("y"), w, b, Tensor("mean"), Tensor("rstd"), np.int64(rows))
+        args += (
             np.int32(length),
+            Scalar("epsilon", "float32", problem.epsilon),
+            np.int32(1 if affine else 0),
         )
-        args += (Scalar("epsilon", "float32", problem.epsilon), np.int32(1 if affine else 0))
         return Program((Launch(spec, args),))
-    group = v.get("group", BWD_GROUP)
-    min_blocks = v.get("min_blocks", BWD_MIN_BLOCKS)
+    group, min_blocks = BWD_SHAPE[problem.x.dtype.itemsize]
+    group, min_blocks = v.get("group", group), v.get("min_blocks", min_blocks)
     cus = int(getattr(getattr(ctx, "info", None), "compute_units", 1) or 1)
     groups = max(1, min(-(-rows // (group // team)), cus * min_blocks, MAX_GROUPS))
-    defines = _defines(problem, team, per, group, min_blocks, extra)
+    defines = _defines(problem, team, per, group, min_blocks, v.get("defines"))
     spec = KernelSpec("ln_warp", "ln_warp_bwd", defines, (groups * group,), (group,))
     ws = Workspace() if affine else Tensor("dx")  # partial sums only with weights
     args = (Tensor("x"), Tensor("dy"), w, Tensor("mean"), Tensor("rstd"), Tensor("dx"), ws)

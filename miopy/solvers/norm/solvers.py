@@ -105,14 +105,16 @@ class LayerNormBwdRows(LayerNormFwdRows):
         return self.get_program(ctx, problem).workspace
 
 
+# the team-per-row solvers first (GPU devices): faster than the others wherever they apply (H200,
+# BERT rows; backward refuses the rows where LayerNormBwdRows was faster)
 LAYERNORM_SOLVERS = [
+    LayerNormFwdWarp(),
     _make("layernorm", "LayerNormFwdPacked", 410, "ln_fwd", True),
     LayerNormFwdRows(),
-    LayerNormFwdWarp(),
     _make("layernorm", "LayerNormFwdStrided", 411, "ln_fwd", False),
+    LayerNormBwdWarp(),
     _make("layernorm", "LayerNormBwdPacked", 412, "ln_bwd", True),
     LayerNormBwdRows(),
-    LayerNormBwdWarp(),
     _make("layernorm", "LayerNormBwdStrided", 413, "ln_bwd", False),
 ]
 
