@@ -73,6 +73,7 @@ def test_cpu_forward_kernels(ocl, dtype):
             ("NCHW", (1, 2, 5, 37), (3, 3), (1, 1), (1, 1)),
             ("NCHW", (1, 2, 6, 21), (3, 2), (2, 2), (1, 1)),
             ("NCHW", (1, 1, 4, 25), (2, 4), (1, 3), (0, 2)),
+            ("NCHW", (1, 2, 19, 13), (3, 3), (1, 1), (1, 1)),  # 19 output rows: 3 work items a plane
             ("NHWC", (1, 11, 5, 6), (3, 3), (2, 2), (1, 1)),
         ):
             kind = "avg_in" if mode == "avg" and stride == (1, 3) else mode  # padding counted

@@ -896,14 +896,19 @@ DEVICE_FN void pool_store_index8_fast(GLOBAL idx_t* ip, i64 base, i64 step, int 
     pool_store_index8(ip, base, step, count, arg);
 }
 
+#define POOL_FWD_RH 8 /* pool_fwd_rows_cpu: output rows per work item */
+
 KERNEL void pool_fwd_rows_cpu(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* RESTRICT yp,
                               GLOBAL idx_t* RESTRICT ip, POOL_SHAPE_ARGS)
 {
+    /* a work item per POOL_FWD_RH output rows of a plane: its index arithmetic and the padding of
+       the private rows once for all of them (a third of the time with one row an item) */
+    const int bands = (Ho + POOL_FWD_RH - 1) / POOL_FWD_RH;
     const i64 t = GLOBAL_ID0;
-    if(t >= (i64)N * C * Do * Ho)
+    if(t >= (i64)N * C * Do * bands)
         return;
-    const int oh = (int)(t % Ho);
-    const i64 r1 = t / Ho;
+    const int ohb = (int)(t % bands) * POOL_FWD_RH;
+    const i64 r1 = t / bands;
     const int od = (int)(r1 % Do);
     const i64 nc = r1 / Do, n = nc / C, c = nc - n * C;
     const int d0 = od * sd - pd;
@@ -928,110 +933,113 @@ KERNEL void pool_fwd_rows_cpu(const GLOBAL data_t* RESTRICT xp, GLOBAL data_t* R
 #endif
     }
     const i64 xbase = n * xn + c * xc;
-    const int h0 = oh * sh - ph;
-    const int y0 = max(h0, 0), y1 = min(h0 + kh, Hi);
-    for(int w0 = 0; w0 < Wi; w0 += 8)
+    for(int oh = ohb; oh < min(ohb + POOL_FWD_RH, Ho); ++oh)
     {
-        float8 a = (float8)(POOL_PAD_VALUE);
+        const int h0 = oh * sh - ph;
+        const int y0 = max(h0, 0), y1 = min(h0 + kh, Hi);
+        for(int w0 = 0; w0 < Wi; w0 += 8)
+        {
+            float8 a = (float8)(POOL_PAD_VALUE);
 #if POOL_MODE == 0
-        int8 g = (int8)(0);
+            int8 g = (int8)(0);
 #endif
-        for(int di = z0; di < z1; ++di)
-            for(int hi = y0; hi < y1; ++hi)
-            {
-                const float8 v = pool_lanes_f8(xp, xbase + di * xd + hi * xh, w0, Wi, POOL_PAD_VALUE);
+            for(int di = z0; di < z1; ++di)
+                for(int hi = y0; hi < y1; ++hi)
+                {
+                    const float8 v = pool_lanes_f8(xp, xbase + di * xd + hi * xh, w0, Wi, POOL_PAD_VALUE);
 #if POOL_MODE == 0
 #if POOL_INDEX_IMAGE
-                const int r = di * Hi + hi;
+                    const int r = di * Hi + hi;
 #else
-                const int r = (di - d0) * kh + hi - h0;
+                    const int r = (di - d0) * kh + hi - h0;
 #endif
-                const int8 greater = v > a;
-                g = select(g, (int8)(r), greater);
-                a = select(a, v, greater);
+                    const int8 greater = v > a;
+                    g = select(g, (int8)(r), greater);
+                    a = select(a, v, greater);
+#else
+                    a += v;
+#endif
+                }
+            vstore8(a, 0, col + pw + w0);
+#if POOL_MODE == 0
+            vstore8(g, 0, key + pw + w0);
+#endif
+        }
+        const i64 yrow = n * yn + c * yc + od * yd + oh * yh;
+        const int rows = (z1 - z0) * (y1 - y0);
+        for(int b = 0; b < Wo8 / 8; ++b)
+        {
+            const int base = b * 8 * sw;
+            float8 a = (float8)(POOL_PAD_VALUE);
+#if POOL_MODE == 0
+            int8 g = (int8)(0), f = (int8)(0);
+#endif
+            for(int fx = 0; fx < kw; ++fx)
+            {
+                float8 v;
+#if POOL_MODE == 0
+                int8 r;
+#endif
+                if(sw == 1)
+                {
+                    v = vload8(0, col + base + fx);
+#if POOL_MODE == 0
+                    r = vload8(0, key + base + fx);
+#endif
+                }
+                else if(sw == 2)
+                {
+                    v = vload16(0, col + base + fx).even;
+#if POOL_MODE == 0
+                    r = vload16(0, key + base + fx).even;
+#endif
+                }
+                else
+                {
+                    float tv[8];
+#if POOL_MODE == 0
+                    int tr[8];
+#endif
+                    for(int l = 0; l < 8; ++l)
+                    {
+                        tv[l] = col[base + fx + l * sw];
+#if POOL_MODE == 0
+                        tr[l] = key[base + fx + l * sw];
+#endif
+                    }
+                    v = vload8(0, tv);
+#if POOL_MODE == 0
+                    r = vload8(0, tr);
+#endif
+                }
+#if POOL_MODE == 0
+                /* window order: the greater value, or an equal one on an earlier row */
+                const int8 wins = (v > a) | ((v == a) & (r < g));
+                g = select(g, r, wins);
+                f = select(f, (int8)(fx), wins);
+                a = select(a, v, wins);
 #else
                 a += v;
 #endif
             }
-        vstore8(a, 0, col + pw + w0);
-#if POOL_MODE == 0
-        vstore8(g, 0, key + pw + w0);
-#endif
-    }
-    const i64 yrow = n * yn + c * yc + od * yd + oh * yh;
-    const int rows = (z1 - z0) * (y1 - y0);
-    for(int b = 0; b < Wo8 / 8; ++b)
-    {
-        const int base = b * 8 * sw;
-        float8 a = (float8)(POOL_PAD_VALUE);
-#if POOL_MODE == 0
-        int8 g = (int8)(0), f = (int8)(0);
-#endif
-        for(int fx = 0; fx < kw; ++fx)
-        {
-            float8 v;
-#if POOL_MODE == 0
-            int8 r;
-#endif
-            if(sw == 1)
-            {
-                v = vload8(0, col + base + fx);
-#if POOL_MODE == 0
-                r = vload8(0, key + base + fx);
-#endif
-            }
-            else if(sw == 2)
-            {
-                v = vload16(0, col + base + fx).even;
-#if POOL_MODE == 0
-                r = vload16(0, key + base + fx).even;
-#endif
-            }
-            else
-            {
-                float tv[8];
-#if POOL_MODE == 0
-                int tr[8];
-#endif
-                for(int l = 0; l < 8; ++l)
-                {
-                    tv[l] = col[base + fx + l * sw];
-#if POOL_MODE == 0
-                    tr[l] = key[base + fx + l * sw];
-#endif
-                }
-                v = vload8(0, tv);
-#if POOL_MODE == 0
-                r = vload8(0, tr);
-#endif
-            }
-#if POOL_MODE == 0
-            /* window order: the greater value, or an equal one on an earlier row */
-            const int8 wins = (v > a) | ((v == a) & (r < g));
-            g = select(g, r, wins);
-            f = select(f, (int8)(fx), wins);
-            a = select(a, v, wins);
-#else
-            a += v;
-#endif
-        }
 #if POOL_MODE == 1
-        const float8 ws = (float8)((float)(base - pw)) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f) * (float)sw;
-        const float8 cols = fmin(ws + (float)kw, (float8)((float)Wi)) - fmax(ws, (float8)(0.0f));
-        a = a / fmax((float)rows * cols, (float8)(1.0f));
+            const float8 ws = (float8)((float)(base - pw)) + (float8)(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f) * (float)sw;
+            const float8 cols = fmin(ws + (float)kw, (float8)((float)Wi)) - fmax(ws, (float8)(0.0f));
+            a = a / fmax((float)rows * cols, (float8)(1.0f));
 #elif POOL_MODE == 2
-        a = a * (1.0f / (float)(kd * kh * kw));
+            a = a * (1.0f / (float)(kd * kh * kw));
 #endif
-        pool_store_lanes_f8(yp, yrow, b * 8, Wo, a);
+            pool_store_lanes_f8(yp, yrow, b * 8, Wo, a);
 #if POOL_MODE == 0 && POOL_SAVE_INDEX
 #if POOL_INDEX_IMAGE
-        const int8 arg = g * Wi + (int8)(base - pw) + (int8)(0, 1, 2, 3, 4, 5, 6, 7) * sw + f;
+            const int8 arg = g * Wi + (int8)(base - pw) + (int8)(0, 1, 2, 3, 4, 5, 6, 7) * sw + f;
 #else
-        const int8 arg = g * kw + f;
+            const int8 arg = g * kw + f;
 #endif
-        const int count = Wo - b * 8 < 8 ? Wo - b * 8 : 8;
-        pool_store_index8_fast(ip, n * in_ + c * ic + od * id_ + oh * ih_ + (i64)b * 8 * iw_, iw_, count, arg);
+            const int count = Wo - b * 8 < 8 ? Wo - b * 8 : 8;
+            pool_store_index8_fast(ip, n * in_ + c * ic + od * id_ + oh * ih_ + (i64)b * 8 * iw_, iw_, count, arg);
 #endif
+        }
     }
 }
 

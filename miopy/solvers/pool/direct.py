@@ -127,6 +127,7 @@ def defines(p: PoolingProblem, vec: bool, channels_last: bool, fixed: bool, work
 
 
 ROW_BUF = 2112  # POOL_ROW_BUF: floats of pool_fwd_rows_cpu's padded input row
+FWD_ROWS_PER_ITEM = 8  # POOL_FWD_RH: output rows of a pool_fwd_rows_cpu work item
 
 
 def cpu_fwd_program(ctx, p: PoolingProblem) -> Program | None:
@@ -142,7 +143,7 @@ def cpu_fwd_program(ctx, p: PoolingProblem) -> Program | None:
     if p.x.strides[1] == 1 and p.y.strides[1] == 1:
         kind, work = "channels", n * d * h * w
     elif p.x.strides[-1] == 1 and p.y.strides[-1] == 1 and max((wo8 - 1) * sw + kw + 16, pw + wi8) <= ROW_BUF:
-        kind, work = "rows", n * c * d * h
+        kind, work = "rows", n * c * d * -(-h // FWD_ROWS_PER_ITEM)
     else:
         return None
     spec = KernelSpec("pool", f"pool_fwd_{kind}_cpu", cpu_defines(p), *cpu_grid(work))
