@@ -26,6 +26,10 @@ BWD = [
     {"group": 256, "min_blocks": 2},
     {"group": 128, "min_blocks": 4},
     {"defines": {"VEC_LD_HINT": 1, "VEC_ST_HINT": 1}},
+    # the column sums in shared memory (fewer registers, more resident warps; not yet timed)
+    {"group": 128, "min_blocks": 4, "defines": {"LNW_ACC_SHARED": 1}},
+    {"group": 128, "min_blocks": 6, "defines": {"LNW_ACC_SHARED": 1}},
+    {"group": 64, "min_blocks": 12, "defines": {"LNW_ACC_SHARED": 1}},
 ]
 
 

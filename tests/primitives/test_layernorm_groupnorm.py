@@ -276,12 +276,20 @@ def test_groupnorm_nhwc_backward_shape():
     assert "backend" in shape((32, 256, 56, 56), 32, ctx=support.fake_cuda_ctx("opencl"))
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype):
-    """LayerNormFwdWarp / LayerNormBwdWarp's kernels (GPU devices only) on PoCL: teams of 4 and
-    more work items, rows that fill a team's chunks in part (last chunks masked) and work-groups
+@pytest.mark.parametrize(
+    "dtype, shapes",
+    [
+        ("fp16", ((2, 41, 96),)),
+        pytest.param("fp32", ((37, 12), (2, 41, 48)), marks=pytest.mark.slow),
+        pytest.param("bf16", ((37, 24), (2, 41, 96)), marks=pytest.mark.slow),
+    ],
+)
+def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype, shapes):
+    """LayerNormFwdWarp / LayerNormBwdWarp's kernels (GPU devices only) on PoCL: teams of 8 (and
+    4) work items, rows that fill a team's chunks in part (last chunks masked) and work-groups
     whose last teams have no row, several work-groups' weight-gradient partials, with and without
-    weights, data centred and far from zero."""
+    weights, data centred and far from zero (fp16 by default: a cold PoCL build of each kernel
+    costs seconds)."""
     import miopy.solvers.norm.ln_warp as ln_warp
 
     monkeypatch.setattr(ln_warp, "cpu_kernels", lambda ctx: False)
@@ -290,7 +298,8 @@ def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype):
     rng = np.random.default_rng(14)
     limit = {"fp32": 2e-6, "fp16": 2e-3, "bf16": 1.6e-2}[dtype]
     vec = 4 if dtype == "fp32" else 8
-    for lens, dim in (((37, 3 * vec), 1), ((2, 41, 12 * vec), 2)):
+    for lens in shapes:
+        dim = len(lens) - 1
         for affine in (1, 0):
             for d in "FB":
                 p = LayerNormProblem(NdDesc(dtype, lens), dim, 1e-5, affine, d)
@@ -300,6 +309,11 @@ def test_layernorm_warp_gpu_kernels_on_opencl(ocl, monkeypatch, dtype):
                 for offset in (0.0, 50.0):
                     for role, err in errors_against_reference(ocl, p, solver, rng, offset).items():
                         assert err < limit, f"{name} {p.key()} {role} offset {offset}: {err}"
+    # the column sums in local memory (LNW_ACC_SHARED, a variant benchmarks/ln_warp_sweep.py times)
+    shared = type("AccShared", (ln_warp.LayerNormBwdWarp,), {"variant": {"defines": {"LNW_ACC_SHARED": 1}}})()
+    p = LayerNormProblem(NdDesc(dtype, (2, 41, 12 * vec)), 2, 1e-5, 1, "B")
+    for role, err in errors_against_reference(ocl, p, shared, rng, 50.0).items():
+        assert err < limit, f"LNW_ACC_SHARED {p.key()} {role}: {err}"
     odd = LayerNormProblem(NdDesc(dtype, (4, vec + 1)), 1, 1e-5, 1, "F")
     assert "multiple" in ln_warp.LayerNormFwdWarp().is_applicable(ocl, odd)
 

@@ -19,7 +19,9 @@
    over the work-group's teams in a fixed order and written as one partial row pair,
    ws[(group * 2 + s) * L + j]; ln_pgrad_finish (norm.h) adds up the work-groups' pairs in a
    fixed order: deterministic. The grid is persistent (a few work-groups an SM), so there are few
-   partial rows.
+   partial rows. LNW_ACC_SHARED 1 keeps the column sums in local memory instead, a slice a team
+   with the lanes innermost (no bank conflicts), for more resident warps at fewer registers (OpenCL
+   always adds the teams' sums from such slices).
 
    Weights, bias, mean and rstd have x's type (layer norm's parameters do). */
 #ifndef MIOPY_LN_WARP_H
@@ -38,13 +40,23 @@
 #define LNW_PER 4
 #endif
 #ifndef LNW_GROUP
-#define LNW_GROUP 256
+#define LNW_GROUP 128
 #endif
 #ifndef LNW_MIN_BLOCKS
 #define LNW_MIN_BLOCKS 1 /* work-groups an SM that __launch_bounds__ guarantees */
 #endif
+#ifndef LNW_ACC_SHARED
+#define LNW_ACC_SHARED 0 /* backward: the column sums in local memory (see above) */
+#endif
 #define LNW_ROWS (LNW_GROUP / LNW_TEAM)
 #define LNW_LMAX (LNW_TEAM * LNW_PER * VEC) /* the longest row */
+#if LNW_ACC_SHARED || defined(__OPENCL_VERSION__)
+#define LNW_SLICED 1 /* a slice of local memory a team for the column sums */
+#else
+#define LNW_SLICED 0
+#endif
+/* slot of team t's sum s (0: dy xhat, 1: dy) of element e of chunk k of work item l */
+#define LNW_AIDX(t, s, k, e, l) (((((t) * 2 + (s)) * LNW_PER + (k)) * VEC + (e)) * LNW_TEAM + (l))
 
 #ifdef __OPENCL_VERSION__
 #define LNW_BOUNDS
@@ -222,7 +234,7 @@ KERNEL void LNW_BOUNDS ln_warp_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL
                                    GLOBAL float* RESTRICT ws, i64 rows, int L, int affine)
 {
     LOCAL float red[LNW_GROUP];
-#ifdef __OPENCL_VERSION__
+#if LNW_SLICED
     LOCAL float part[2 * LNW_ROWS * LNW_LMAX];
 #else
     LOCAL float part[2 * LNW_LMAX];
@@ -232,12 +244,19 @@ KERNEL void LNW_BOUNDS ln_warp_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL
     const int va = ALIGNED16(x) && ALIGNED16(dy) && ALIGNED16(dx);
     const int wa = ALIGNED16(w);
     const float inv_l = 1.0f / (float)L;
+#if LNW_ACC_SHARED /* a work item's own slots: no barrier until the sums are added */
+#define LNW_AW(k, e) part[LNW_AIDX(team, 0, k, e, lane)]
+#define LNW_AB(k, e) part[LNW_AIDX(team, 1, k, e, lane)]
+#else
     float aw[LNW_PER][VEC], ab[LNW_PER][VEC];
+#define LNW_AW(k, e) aw[k][e]
+#define LNW_AB(k, e) ab[k][e]
+#endif
     UNROLL
     for(int k = 0; k < LNW_PER; ++k)
         UNROLL
         for(int e = 0; e < VEC; ++e)
-            aw[k][e] = ab[k][e] = 0.0f;
+            LNW_AW(k, e) = LNW_AB(k, e) = 0.0f;
     const i64 nblocks = (rows + LNW_ROWS - 1) / LNW_ROWS;
     for(i64 blk = GROUP_ID0; blk < nblocks; blk += LNW_NUM_GROUPS)
     {
@@ -272,8 +291,8 @@ KERNEL void LNW_BOUNDS ln_warp_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL
             {
                 /* dead rows hold zeros and r = 0: they add nothing */
                 const float h = (xv[e] - m) * r, d = gv[e];
-                aw[k][e] += d * h;
-                ab[k][e] += d;
+                LNW_AW(k, e) += d * h;
+                LNW_AB(k, e) += d;
                 const float g = affine ? d * wv[e] : d;
                 sg += g;
                 sgx += g * h;
@@ -306,27 +325,29 @@ KERNEL void LNW_BOUNDS ln_warp_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL
     if(!affine)
         return; /* uniform across the work-group */
     GLOBAL float* out = ws + (i64)GROUP_ID0 * 2 * L;
-#ifdef __OPENCL_VERSION__
-    /* every team's columns into its own slice of part, then each column added over the teams in
-       team order (PoCL does not take the CUDA path's barrier inside a loop here) */
+#if LNW_SLICED
+    /* every team's sums in its slice of part, then each column added over the teams in team
+       order (PoCL does not take the CUDA path's barrier inside a loop below) */
+#if !LNW_ACC_SHARED
     for(int k = 0; k < LNW_PER; ++k)
         for(int e = 0; e < VEC; ++e)
         {
-            const int j = (lane + k * LNW_TEAM) * VEC + e;
-            part[(team * 2) * LNW_LMAX + j] = aw[k][e];
-            part[(team * 2 + 1) * LNW_LMAX + j] = ab[k][e];
+            part[LNW_AIDX(team, 0, k, e, lane)] = aw[k][e];
+            part[LNW_AIDX(team, 1, k, e, lane)] = ab[k][e];
         }
+#endif
     BARRIER();
     for(int j = tid; j < L; j += LNW_GROUP)
     {
-        float a = 0.0f, c = 0.0f;
+        const int c = j / VEC, e = j % VEC, l = c % LNW_TEAM, k = c / LNW_TEAM;
+        float a = 0.0f, bsum = 0.0f;
         for(int t = 0; t < LNW_ROWS; ++t)
         {
-            a += part[(t * 2) * LNW_LMAX + j];
-            c += part[(t * 2 + 1) * LNW_LMAX + j];
+            a += part[LNW_AIDX(t, 0, k, e, l)];
+            bsum += part[LNW_AIDX(t, 1, k, e, l)];
         }
         out[j] = a;
-        out[L + j] = c;
+        out[L + j] = bsum;
     }
 #else
     /* the teams' columns added in team order into part, then one partial row pair */

@@ -41,8 +41,12 @@ def lnw_shape(length: int, vec: int, team_most: int = TEAM_MOST) -> tuple[int, i
     return team, -(-chunks // team)
 
 
-def lnw_reason(ctx, problem, kind: str, team_most: int = TEAM_MOST) -> str | None:
-    """Why the team kernels do not apply, or None."""
+STATIC_SHARED_MOST = 48 << 10  # bytes of static shared memory a CUDA work-group
+
+
+def lnw_reason(ctx, problem, kind: str, variant: dict | None = None) -> str | None:
+    """Why the team kernels do not apply (as ``variant`` would run them), or None."""
+    v = variant or {}
     if cpu_kernels(ctx):
         return "backend on a CPU device (LayerNormFwdRows / LayerNormBwdRows have its kernels)"
     if getattr(problem, "primitive", None) != "layernorm":
@@ -59,16 +63,20 @@ def lnw_reason(ctx, problem, kind: str, team_most: int = TEAM_MOST) -> str | Non
     vec = VEC_BYTES // problem.x.dtype.itemsize
     if length % vec:
         return f"rows of {length} elements: not a multiple of {vec}"
-    team, per = lnw_shape(length, vec, team_most)
+    team, per = lnw_shape(length, vec, v.get("team_most", TEAM_MOST))
     if kind == "ln_fwd" and per > FWD_PER_MOST:
         return f"rows of {length} elements do not fit a warp's registers"
     if kind == "ln_bwd" and per * (8 + 2 * vec) > BWD_REGS_MOST:
         return f"rows of {length} elements and their column sums do not fit a warp's registers"
-    if kind == "ln_bwd" and getattr(ctx, "backend_name", None) != "cuda":
-        # OpenCL adds the teams' column sums from a slice of local memory each
-        group = BWD_SHAPE[problem.x.dtype.itemsize][0]
-        local = 2 * group * per * vec * 4 + group * 4
-        most = int(getattr(getattr(ctx, "info", None), "local_mem_size", 0) or 0)
+    if kind == "ln_bwd":
+        # OpenCL (and LNW_ACC_SHARED) add the teams' column sums from a slice of local memory each
+        group = v.get("group", BWD_SHAPE[problem.x.dtype.itemsize][0])
+        cuda = getattr(ctx, "backend_name", None) == "cuda"
+        sliced = not cuda or v.get("defines", {}).get("LNW_ACC_SHARED", 0)
+        local = (2 * group * per * vec * 4 if sliced else 2 * team * per * vec * 4) + group * 4
+        most = (
+            STATIC_SHARED_MOST if cuda else int(getattr(getattr(ctx, "info", None), "local_mem_size", 0) or 0)
+        )
         if local > most:
             return f"the teams' column sums need {local} bytes of local memory ({most})"
     return None
@@ -139,7 +147,7 @@ class LayerNormFwdWarp(Solver):
     variant: dict | None = None  # benchmarks/ln_warp_sweep.py's variants set it
 
     def is_applicable(self, ctx, problem) -> str | None:
-        return lnw_reason(ctx, problem, self.kind, (self.variant or {}).get("team_most", TEAM_MOST))
+        return lnw_reason(ctx, problem, self.kind, self.variant)
 
     def workspace_size(self, ctx, problem) -> int:
         return self.get_program(ctx, problem).workspace
