@@ -138,17 +138,26 @@ def stopped(*_):
 signal.signal(signal.SIGTERM, stopped)
 host = {}
 
+per_problem = []  # the first iteration: [primitive, solver, choosing, workspace, run] (host s)
+
 def iteration(report):
+    clock = time.perf_counter
     for i, (p, bufs) in enumerate(zip(problems, buffers)):
+        t1 = clock()
         s = choose(h, p)[0]
+        t2 = clock()
         ws = None
         if s.workspace:
             ws = workspaces.get(s.workspace)
             if ws is None:
                 ws = workspaces[s.workspace] = h.backend.alloc(s.workspace)
+        t3 = clock()
         h.run_solution(s, dict(bufs), ws)
         if report:
-            progress[0], progress[1] = i + 1, time.perf_counter() - t
+            t4 = clock()
+            times = (round(t2 - t1, 6), round(t3 - t2, 6), round(t4 - t3, 6))
+            per_problem.append([p.primitive, s.solver, *times])
+            progress[0], progress[1] = i + 1, t4 - t
     # host: choosing and enqueueing every problem; sync: what the device still had to do then
     # (near 0: the device waited for the host)
     host["host_s"] = time.perf_counter() - t
@@ -186,6 +195,7 @@ if profile != "-":
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(70)
     open(profile, "w").write(text.getvalue())
+    profiler.dump_stats(profile + ".prof")  # for pstats: callers, callees
 to_first = time.time() - float(spawned)  # the parent's clock: interpreter start included
 handle_to_first = time.perf_counter() - t_handle
 compiled, loaded = h.kernel_cache.misses, h.kernel_cache.hits
@@ -216,6 +226,7 @@ print(json.dumps({"problems": len(problems), "startup_s": startup, "first_s": fi
                   "gc_frozen": gc.get_freeze_count(),
                   "ahead_used": getattr(h, "kernels_ahead_used", None),
                   "warm_host_s": warm_host[warm.index(min(warm))],
+                  "per_problem": per_problem,
                   "packages": [str(p) for p in h.kernel_cache.package_paths()]} | first_spent), flush=True)
 """
 
