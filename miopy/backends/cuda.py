@@ -325,25 +325,47 @@ def _c_scalar(value: np.generic) -> ctypes.Array:
     return (ctypes.c_char * len(raw)).from_buffer_copy(raw)
 
 
+# argument sizes -> (pointers' struct, each argument's offset in the block, pointer count, words)
+_PARAM_LAYOUTS: dict[tuple[int, ...], tuple[struct.Struct, tuple[int, ...], int, int]] = {}
+
+
+def _param_layout(sizes: tuple[int, ...]) -> tuple[struct.Struct, tuple[int, ...], int, int]:
+    """Where each argument of these sizes goes: the pointer array first (one 8-byte word per
+    argument), then each argument at its natural alignment."""
+    offsets, end = [], 0
+    for size in sizes:
+        align = size if size in (1, 2, 4, 8) else 8
+        end += -end % align
+        offsets.append(end)
+        end += size
+    count = max(len(sizes), 1)
+    head = 8 * count
+    layout = (
+        struct.Struct(f"<{len(sizes)}Q"),
+        tuple(head + o for o in offsets),
+        count,
+        count + max((end + 7) // 8, 1),
+    )
+    if len(_PARAM_LAYOUTS) < 4096:  # a network's kernels have a few dozen signatures
+        _PARAM_LAYOUTS[sizes] = layout
+    return layout
+
+
 def pack_params(raws: list[bytes]) -> tuple[ctypes.Array, ctypes.Array]:
     """(the kernelParams array of cuLaunchKernel, the storage it points into) for kernel arguments
-    given as their bytes: one 8-byte-aligned block holding every argument at its natural
-    alignment, and one pointer per argument into it (a prepared launch keeps both)."""
-    offsets, chunks, end = [], [], 0
-    for raw in raws:
-        size = len(raw)
-        align = size if size in (1, 2, 4, 8) else 8
-        pad = -end % align
-        if pad:
-            chunks.append(bytes(pad))
-            end += pad
-        offsets.append(end)
-        chunks.append(raw)
-        end += size
-    words = max((end + 7) // 8, 1)
-    storage = (ctypes.c_uint64 * words).from_buffer_copy(b"".join(chunks).ljust(words * 8, b"\0"))
+    given as their bytes: one 8-byte-aligned block holding the pointer array, then every argument
+    at its natural alignment (a prepared launch keeps both; the pointer array is a view of the
+    block). The layout is computed once per list of argument sizes."""
+    sizes = tuple(map(len, raws))
+    layout = _PARAM_LAYOUTS.get(sizes) or _param_layout(sizes)
+    pointers, offsets, count, words = layout
+    storage = (ctypes.c_uint64 * words)()
     base = ctypes.addressof(storage)
-    params = (ctypes.c_void_p * max(len(offsets), 1))(*[base + o for o in offsets])
+    block = memoryview(storage).cast("B")
+    pointers.pack_into(block, 0, *[base + o for o in offsets])
+    for o, raw in zip(offsets, raws):
+        block[o : o + len(raw)] = raw
+    params = (ctypes.c_void_p * count).from_buffer(storage)
     return params, storage
 
 

@@ -28,3 +28,15 @@ def test_each_argument_reads_back_at_its_alignment():
 def test_no_arguments_still_gives_a_params_array():
     params, _ = pack_params([])
     assert len(params) == 1
+
+
+def test_the_same_signature_packs_other_values_and_odd_sizes_align_at_8():
+    """The layout is kept per list of sizes: a second launch of the same signature holds its own
+    values; an argument of another size (a 12-byte struct) starts at an 8-byte boundary."""
+    first = pack_params([np.int32(1).tobytes(), b"\x01" * 12, np.uint64(5).tobytes()])
+    second = pack_params([np.int32(2).tobytes(), b"\x02" * 12, np.uint64(6).tobytes()])
+    for (params, _), (small, odd, big) in zip((first, second), ((1, 1, 5), (2, 2, 6))):
+        assert params[1] % 8 == 0
+        assert np.frombuffer(ctypes.string_at(params[0], 4), np.int32)[0] == small
+        assert ctypes.string_at(params[1], 12) == bytes([odd]) * 12
+        assert np.frombuffer(ctypes.string_at(params[2], 8), np.uint64)[0] == big
