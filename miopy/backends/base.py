@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import os
 import re
 import statistics
 from collections.abc import Callable, Iterable
@@ -42,15 +43,17 @@ def expand_includes(source: str, seen: set[str] | None = None) -> str:
     return _INCLUDE.sub(paste, source)
 
 
-# kernel path -> (stamps of it and its headers, those paths, source, hash): see read_source
-_SOURCES: dict[Path, tuple[tuple, tuple[Path, ...], str, str]] = {}
+# (kernel root, folder, extension, file), or a kernel path (a reader with a kernel_path of its own)
+# -> (stamps of it and its headers, those paths as text, source, hash): see read_source
+_SOURCES: dict[Any, tuple[tuple, tuple[str, ...], str, str]] = {}
 
 
-def _stamps(paths: tuple[Path, ...]) -> tuple:
+def _stamps(paths: tuple[str, ...]) -> tuple:
     out = []
+    stat = os.stat
     for path in paths:
         try:
-            st = path.stat()
+            st = stat(path)
         except OSError:
             return ()  # gone: read again (and fail there as before)
         out.append((st.st_mtime_ns, st.st_size, st.st_ino))
@@ -258,13 +261,20 @@ class Backend(abc.ABC):
         file while neither it nor any header it pastes changes size or modification time: a
         network's kernels share a few sources (the first iteration of a fresh process read and
         hashed the same files again for each of its 85 kernels)."""
-        path = self.kernel_path(file)
-        kept = _SOURCES.get(path)
+        # Keyed by text, not by a Path made and hashed at each call (pathlib's parsing and hashing
+        # took most of the 0.011 s that 124 calls cost in an H200 first iteration under cProfile);
+        # every file is still checked at every call, as before.
+        if getattr(type(self), "kernel_path", None) is Backend.kernel_path:
+            key: Any = (KERNEL_ROOT, self.kernel_dir, self.kernel_ext, file)
+        else:
+            key = self.kernel_path(file)
+        kept = _SOURCES.get(key)
         if kept is not None and kept[0] == _stamps(kept[1]):
             return kept[2], kept[3]
+        path = self.kernel_path(file)
         source = path.read_text()
         seen: set[str] = set()
         digest = hashlib.sha256(expand_includes(source, seen).encode()).hexdigest()
-        files = (path, *(KERNEL_ROOT / name for name in sorted(seen)))
-        _SOURCES[path] = (_stamps(files), files, source, digest)
+        files = tuple(str(f) for f in (path, *(KERNEL_ROOT / name for name in sorted(seen))))
+        _SOURCES[key] = (_stamps(files), files, source, digest)
         return source, digest
