@@ -112,7 +112,8 @@ class Handle:
     def _read_package(self, binaries: bool) -> threading.Thread | None:
         """With a kernel package, on a thread of its own while the caller sets up: its
         immediate-mode choices and programs, checked once as a whole (PackageChoices: the package,
-        its records and the miopy sources hashed) and decoded, then with ``binaries`` (MIOPY_KERNEL_PREFETCH)
+        its records and the miopy sources hashed) and decoded, the system find and perf DBs' rows
+        read (``preload``), then with ``binaries`` (MIOPY_KERNEL_PREFETCH)
         its binaries for this device read into memory (KernelCache.prefetch), the sources of
         their kernels read and hashed (the kernel keys of the first iteration) and each binary
         loaded as a kernel (``Backend.load``, then ``Backend.finish_load``: on CUDA the driver
@@ -131,10 +132,15 @@ class Handle:
         backend = self.backend
         load = config.kernel_load_ahead()
         freeze = config.gc_freeze()
+        # the system find and perf DBs' rows, read in one query per table at their first use:
+        # here, not in the first problem's choosing (opening the file, its checks, the query)
+        system_dbs = [self.perf_db] + ([] if config.disable_find_db() else [self.find_db])
 
         def run() -> None:
             try:
                 choices.read_ahead()  # reads and checks the package's records, decodes them
+                for db in system_dbs:
+                    db.preload()
                 if not packages:
                     return
                 cache.prefetch(self.info.fingerprint, packages)

@@ -87,6 +87,10 @@ class FindDb:
         rows = self._system_lists().get((primitive, problem_key), [])
         return self._records(self._system, problem_key, rows)
 
+    def preload(self) -> None:
+        """Read the system file's lists now (a handle's set-up thread), not at the first load."""
+        self._system_lists()
+
     def _system_lists(self) -> dict[tuple[str, str], list[tuple]]:
         """Every ranked list of the system file, read in one query on first use (a system file is
         read-only and opened immutable: it cannot change under a process). A network's first

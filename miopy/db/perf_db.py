@@ -85,6 +85,10 @@ class PerfDb:
         )
         self._system_rows: dict[tuple[str, str], list[tuple[Any, Any]]] | None = None
 
+    def preload(self) -> None:
+        """Read the system file's rows now (a handle's set-up thread), not at the first load."""
+        self._system_records("", "")
+
     def _system_records(self, primitive: str, problem_key: str) -> list[tuple[Any, Any]]:
         """(solver, params) rows of the system file, every row read in one query on first use (it
         is read-only and opened immutable: it cannot change under a process)."""

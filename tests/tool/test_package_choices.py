@@ -534,3 +534,15 @@ def test_a_handle_with_a_package_freezes_the_collector_once(installed, monkeypat
     for i, p in enumerate(conv * 2):
         check(h, find.get_solutions(h, p)[0], np.random.default_rng(i))
         assert len(thawed) == (frozen if i >= 1 else 0)
+
+
+def test_a_handle_with_a_package_reads_the_system_dbs_on_its_set_up_thread(installed, monkeypatch):
+    """The set-up thread reads the system find and perf DBs' rows (one query per table), so that
+    the first problem's choosing does not; MIOPY_DEBUG_DISABLE_FIND_DB leaves the find DB alone."""
+    h = Handle("opencl")
+    h._prefetch_thread.join()
+    assert h.perf_db._system_rows is not None and h.find_db._system_rows is not None
+    monkeypatch.setenv("MIOPY_DEBUG_DISABLE_FIND_DB", "1")
+    h = Handle("opencl")
+    h._prefetch_thread.join()
+    assert h.perf_db._system_rows is not None and h._find_db is None
