@@ -34,9 +34,10 @@ Variants (``--variants``): ``none`` (no package), ``kdb`` (the package), ``kdb-w
 (MIOPY_LIBRARY_WARM_UP=1), ``kdb-no-load-ahead`` (MIOPY_KERNEL_LOAD_AHEAD=0: the package's binaries
 read ahead but each kernel loaded at its first use, as before the set-up thread loaded them),
 ``kdb-no-gc-freeze`` (MIOPY_GC_FREEZE=0: Python's collector not frozen after the handle's set-up),
-``kdb-stream-warm-up`` (MIOPY_LIBRARY_STREAM_WARM_UP=1: one cuBLASLt call per recorded algorithm on
-the handle's stream ahead of the first iteration), ``kdb-no-choices`` (a copy of the package without
-its choices and library calls, as packages were before them), ``kdb-no-programs`` (a copy of the
+``kdb-no-stream-warm-up`` (MIOPY_LIBRARY_STREAM_WARM_UP=0: no cuBLASLt call per recorded algorithm
+on the handle's stream ahead of the first iteration, which a package gives by default),
+``kdb-no-choices`` (a copy of the package without its choices and library calls, as packages were
+before them), ``kdb-no-programs`` (a copy of the
 package without the programs of its chosen solutions: each choice checked against its solver and its
 program made by the solver, as before packages carried programs), ``again`` (OpenCL: the package in
 a new process that keeps PoCL's cache from the run before it; PoCL finishes a package's binaries on
@@ -243,6 +244,7 @@ def _env(
         "CUDA_MODULE_LOADING",
         "MIOPY_KERNEL_LOAD_AHEAD",
         "MIOPY_GC_FREEZE",
+        "MIOPY_LIBRARY_STREAM_WARM_UP",
     ):
         env.pop(name, None)
     if warm_up:
@@ -345,12 +347,12 @@ VARIANTS = {
     "kdb-eager": ("package, CUDA_MODULE_LOADING=EAGER", True, False, False, {"CUDA_MODULE_LOADING": "EAGER"}),
     "kdb-no-load-ahead": ("package, no load ahead", True, False, False, {"MIOPY_KERNEL_LOAD_AHEAD": "0"}),
     "kdb-no-gc-freeze": ("package, no gc.freeze", True, False, False, {"MIOPY_GC_FREEZE": "0"}),
-    "kdb-stream-warm-up": (
-        "package, cuBLASLt calls on the stream ahead",
+    "kdb-no-stream-warm-up": (
+        "package, no cuBLASLt calls on the stream ahead",
         True,
         False,
         False,
-        {"MIOPY_LIBRARY_STREAM_WARM_UP": "1"},
+        {"MIOPY_LIBRARY_STREAM_WARM_UP": "0"},
     ),
 }
 

@@ -24,7 +24,7 @@
 # FIRST_CALL_TESTS=1 first runs tests/backend/test_cuda_fastpath.py (cuBLASLt solvers, prepared calls);
 # FIRST_CALL_PIN=1 first rewrites the shipped DB's index-named cuBLASLt records by attribute values
 # (scripts/pin_lt_records.py; the result, pinned.db, goes to $OUT); FIRST_CALL_VARIANTS: the
-# variants of the immediate-mode run (default none,kdb,kdb-stream-warm-up,kdb-no-choices).
+# variants of the immediate-mode run (default none,kdb,kdb-no-stream-warm-up,kdb-no-choices).
 # After the benchmark, benchmarks/library_first_calls.py times the package's library calls.
 # A cProfile of one more first iteration with the package goes to first_iteration_profile.txt.
 # Every benchmark process has a time cap; a stopped one reports how far it got.
@@ -125,7 +125,7 @@ echo "== first call, immediate mode, the package built here: one convolution, th
 cap=60
 timeout --kill-after=10 $(($(left) - 60)) python3 benchmarks/first_call.py --backend cuda \
     --workload resnet50-iter --batch 32 --kdb "$use" --modes immediate --cases conv,iter \
-    --variants "${FIRST_CALL_VARIANTS:-none,kdb,kdb-stream-warm-up,kdb-no-choices}" --repeat "$repeat" --time-cap "$cap" \
+    --variants "${FIRST_CALL_VARIANTS:-none,kdb,kdb-no-stream-warm-up,kdb-no-choices}" --repeat "$repeat" --time-cap "$cap" \
     --json "$json_dir/first_call_immediate.json" --profile "$json_dir/first_iteration_profile.txt"
 immediate=$?
 

@@ -79,7 +79,7 @@ def test_a_package_with_cublaslt_programs_runs_them_without_the_heuristics(isola
     assert manifest["plans"] == len(work.problems) == 2
     shutil.copyfile(manifest["path"], isolated / "kdb" / f"{manifest['db_basename']}.kdb")
     gemm_lt._lt_gemm.cache_clear()  # as in a fresh process: no product known yet
-    monkeypatch.setenv("MIOPY_LIBRARY_STREAM_WARM_UP", "1")  # off by default
+    monkeypatch.delenv("MIOPY_LIBRARY_STREAM_WARM_UP", raising=False)  # on by default
     before = cuda_libs.heuristic_calls
     h = Handle("cuda")
     h._prefetch_thread.join()
