@@ -343,3 +343,28 @@ def test_layernorm_warp_shape():
     assert "CPU" in LayerNormFwdWarp().is_applicable(
         support.fake_cuda_ctx("opencl"), LayerNormProblem(NdDesc("fp32", (4, 64)), 1, 1e-5, 1, "F")
     )
+
+
+@pytest.mark.slow  # a variant off by default: ~8 s of cold PoCL builds
+def test_groupnorm_batched_loads_on_opencl(ocl, monkeypatch):
+    """GN_BATCH 1 (a row's loads issued before any is used; a variant benchmarks/gn_sweep.py
+    times): GroupNormFwdRows / GroupNormBwdRows over rows longer than a work-group's pass (masked
+    last vectors) and GroupNormFwdNhwc, against the reference, data far from zero."""
+    import miopy.solvers.norm.gn_nhwc as gn_nhwc
+    from miopy.problem.nd import channels_last_strides
+
+    monkeypatch.setattr(gn_nhwc, "cpu_kernels", lambda ctx: False)
+    rng = np.random.default_rng(15)
+    batch = {"variant": {"defines": {"GN_BATCH": 1}}}
+    cases = [
+        (GroupNormProblem(NdDesc("fp16", (2, 8, 20, 20)), 2, 1e-5, 1, d), name)
+        for d, name in (("F", "GroupNormFwdRows"), ("B", "GroupNormBwdRows"))
+    ]
+    lens = (3, 6, 20, 30)
+    cases.append((GroupNormProblem(NdDesc("fp16", lens, channels_last_strides(lens)), 6), "GroupNormFwdNhwc"))
+    for p, name in cases:
+        base = next(s for s in SOLVERS["groupnorm"] if s.name == name)
+        solver = type("Batched" + name, (type(base),), batch)()
+        assert solver.is_applicable(ocl, p) is None, p.key()
+        for role, err in errors_against_reference(ocl, p, solver, rng, 50.0).items():
+            assert err < 2e-3, f"GN_BATCH {name} {p.key()} {role}: {err}"

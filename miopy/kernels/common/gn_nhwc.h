@@ -74,12 +74,22 @@ KERNEL void GN_BOUNDS gn_nhwc_fwd(const GLOBAL data_t* RESTRICT x, GLOBAL data_t
         const float shift = LOAD(x, n * (i64)HW * C + c0);
         gn_raw_t xr[GN_PER];
         float s = 0.0f;
+#if GN_BATCH /* (norm.h) */
+        UNROLL
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            xr[t] = v < nvec ? gn_load(x, base + (i64)(v / GN_SPAN) * C, va) : gn_zero();
+        }
+#endif
         for(int t = 0; t < GN_PER; ++t)
         {
             const int v = t * GN_LOCAL + lid;
             if(v < nvec)
             {
+#if !GN_BATCH
                 xr[t] = gn_load(x, base + (i64)(v / GN_SPAN) * C, va);
+#endif
                 float f[NORM_VW];
                 gn_unpack(xr[t], f);
                 for(int e = 0; e < NORM_VW; ++e)

@@ -1863,6 +1863,9 @@ KERNEL void ln_pgrad_finish(const GLOBAL float* RESTRICT ws, GLOBAL param_t* RES
 #ifndef GN_CG_MOST
 #define GN_CG_MOST 64 /* channels per group of gn_rows_bwd's local sums */
 #endif
+#ifndef GN_BATCH
+#define GN_BATCH 0 /* 1: a row's loads (x, and dy unless reloaded) all issued before any is used */
+#endif
 /* warp sums on CUDA (the raw type below depends on the vector width, these do not) */
 #ifdef __OPENCL_VERSION__
 #define GN_WARP 1
@@ -1901,7 +1904,7 @@ DEVICE_FN void gn_unpack(gn_raw_t t, float* v)
 DEVICE_FN gn_raw_t gn_load(const data_t* p, i64 off, int va)
 {
     if(va)
-        return __ldg((const uint4*)(p + off));
+        return vec_ld16(p + off); /* __ldg unless VEC_LD_HINT says otherwise */
     gn_raw_t t;
 #if MIOPY_DTYPE == 0
     t.x = __float_as_uint(p[off]); t.y = __float_as_uint(p[off + 1]);
@@ -1913,10 +1916,12 @@ DEVICE_FN gn_raw_t gn_load(const data_t* p, i64 off, int va)
 #endif
     return t;
 }
+DEVICE_FN gn_raw_t gn_zero(void) { return make_uint4(0u, 0u, 0u, 0u); }
 #else
 typedef float gn_raw_t;
 DEVICE_FN void gn_unpack(gn_raw_t t, float* v) { v[0] = t; }
 DEVICE_FN gn_raw_t gn_load(const GLOBAL data_t* p, i64 off, int va) { return LOAD(p, off); }
+DEVICE_FN gn_raw_t gn_zero(void) { return 0.0f; }
 #endif
 
 #ifdef __OPENCL_VERSION__
@@ -1985,12 +1990,22 @@ KERNEL void GN_BOUNDS gn_rows_fwd(const GLOBAL data_t* RESTRICT x, GLOBAL data_t
         const float shift = LOAD(x, base);
         gn_raw_t xr[GN_PER];
         float s = 0.0f, unused = 0.0f;
+#if GN_BATCH
+        UNROLL
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            xr[t] = v < nvec ? gn_load(x, base + (i64)v * NORM_VW, va) : gn_zero();
+        }
+#endif
         for(int t = 0; t < GN_PER; ++t)
         {
             const int v = t * GN_LOCAL + lid;
             if(v < nvec)
             {
+#if !GN_BATCH
                 xr[t] = gn_load(x, base + (i64)v * NORM_VW, va);
+#endif
                 float f[NORM_VW];
                 gn_unpack(xr[t], f);
                 for(int e = 0; e < NORM_VW; ++e)
@@ -2072,6 +2087,18 @@ KERNEL void GN_BOUNDS gn_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL 
         float sg = 0.0f, sgx = 0.0f;
         for(int c = lid; c < 2 * cg; c += GN_LOCAL)
             chs[c] = 0.0f;
+#if GN_BATCH
+        UNROLL
+        for(int t = 0; t < GN_PER; ++t)
+        {
+            const int v = t * GN_LOCAL + lid;
+            const i64 off = base + (i64)v * NORM_VW;
+            xr[t] = v < nvec ? gn_load(x, off, va) : gn_zero();
+#if !GN_RELOAD
+            dr[t] = v < nvec ? gn_load(dy, off, va) : gn_zero();
+#endif
+        }
+#endif
         for(int t = 0; t < GN_PER; ++t)
         {
             const int v = t * GN_LOCAL + lid;
@@ -2079,8 +2106,12 @@ KERNEL void GN_BOUNDS gn_rows_bwd(const GLOBAL data_t* RESTRICT x, const GLOBAL 
             if(v < nvec)
             {
                 const i64 off = base + (i64)v * NORM_VW;
+#if !GN_BATCH
                 xr[t] = gn_load(x, off, va);
+#endif
+#if !GN_BATCH || GN_RELOAD
                 dr[GN_RELOAD ? 0 : t] = gn_load(dy, off, va);
+#endif
                 float fx[NORM_VW], fd[NORM_VW];
                 gn_unpack(xr[t], fx);
                 gn_unpack(dr[GN_RELOAD ? 0 : t], fd);

@@ -76,6 +76,7 @@ class GroupNormFwdNhwc(Solver):
     id = 426
     algorithm = "direct"
     dynamic = False
+    variant: dict | None = None  # defines benchmarks/gn_sweep.py's variants add
 
     def is_applicable(self, ctx, problem) -> str | None:
         shape = gn_nhwc_shape(ctx, problem)
@@ -88,6 +89,7 @@ class GroupNormFwdNhwc(Solver):
         hw = math.prod(problem.x.lens[2:])
         blocks = n * g // gpb
         defines = {
+            **(self.variant or {}).get("defines", {}),
             "MIOPY_DTYPE": problem.x.dtype.code,
             "NORM_PTYPE": problem.param_dtype.code,
             "NORM_VW": vw,

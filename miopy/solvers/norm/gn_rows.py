@@ -54,7 +54,8 @@ def gn_reload(ctx, problem, vw: int, per: int) -> bool:
     return cuda and 2 * per * (4 if vw > 1 else 1) > CUDA_RAW_REGS
 
 
-def gn_rows_program(ctx, problem) -> Program:
+def gn_rows_program(ctx, problem, extra: dict | None = None) -> Program:
+    """The program; ``extra``: defines a benchmark's variant adds (benchmarks/gn_sweep.py)."""
     shape = gn_rows_shape(ctx, problem)
     assert not isinstance(shape, str), shape
     L, vw, local, per = shape
@@ -65,7 +66,7 @@ def gn_rows_program(ctx, problem) -> Program:
     backward = problem.norm_kind == "ln_bwd"
     name = "gn_rows_bwd" if backward else "gn_rows_fwd"
     spec = norm_spec(name, problem, vw, (min(rows, MAX_GROUPS) * local,), (local,))
-    defines = {**dict(spec.defines), "GN_LOCAL": local, "GN_PER": per}
+    defines = {**(extra or {}), **dict(spec.defines), "GN_LOCAL": local, "GN_PER": per}
     if backward:
         defines["GN_CG_MOST"] = max(cg, 1)
         defines["GN_RELOAD"] = int(gn_reload(ctx, problem, vw, per))

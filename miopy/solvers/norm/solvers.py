@@ -129,6 +129,7 @@ class GroupNormFwdRows(Solver):
     kind = "ln_fwd"
     algorithm = "direct"
     dynamic = False
+    variant: dict | None = None  # defines benchmarks/gn_sweep.py's variants add
 
     def is_applicable(self, ctx, problem) -> str | None:
         if getattr(problem, "primitive", None) != self.primitive:
@@ -142,7 +143,7 @@ class GroupNormFwdRows(Solver):
         return self.get_program(ctx, problem).workspace
 
     def get_program(self, ctx, problem, config=None) -> Program:
-        return gn_rows_program(ctx, problem)
+        return gn_rows_program(ctx, problem, (self.variant or {}).get("defines"))
 
 
 class GroupNormBwdRows(GroupNormFwdRows):
