@@ -131,4 +131,6 @@ def samples() -> list[ConvProblem]:
         )
         out.append(make("fp32", (1, 2, 3, 4, 4), (2, 2, 2, 2, 2), d, "NDHWC", pads=(1, 0, 1)))
     out.append(make("fp16", (2, 8, 6, 6), (8, 8, 3, 3), "F", "NHWC", pads=(1, 1)))  # tensor cores
+    for d in "FBW":  # tensor cores on NCHW (transposed around the NHWC kernels)
+        out.append(make("fp16", (2, 8, 6, 6), (8, 8, 3, 3), d, pads=(1, 1)))
     return out

@@ -24,6 +24,7 @@ from miopy.solvers.conv.gemm_lt_wrw import GemmLtWrw1x1Nchw
 from miopy.solvers.conv.implicit_gemm import ConvIgemmFwdNhwc
 from miopy.solvers.conv.implicit_gemm_bwd import ConvIgemmBwdNhwc
 from miopy.solvers.conv.implicit_gemm_ffma import ConvIgemmFfmaBwd, ConvIgemmFfmaFwd, ConvIgemmFfmaWrw
+from miopy.solvers.conv.implicit_gemm_nchw import ConvIgemmNchwBwd, ConvIgemmNchwFwd, ConvIgemmNchwWrw
 from miopy.solvers.conv.implicit_gemm_pad import ConvIgemmPadFwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_bwd import ConvIgemmPadBwdNhwc
 from miopy.solvers.conv.implicit_gemm_pad_c4 import ConvIgemmPadC4FwdNhwc
@@ -87,6 +88,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvIgemmFwdNhwc(),
         ConvIgemmPadC4FwdNhwc(),
         ConvIgemmPadFwdNhwc(),
+        ConvIgemmNchwFwd(),
         ConvIgemmFwdTf32x3(),
         ConvIgemmPadFwdTf32x3(),
         ConvWinogradFwdF2x3Tf32x3(),
@@ -98,6 +100,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvWgmmaBwdNhwc(),
         ConvIgemmBwdNhwc(),
         ConvIgemmPadBwdNhwc(),
+        ConvIgemmNchwBwd(),
         ConvIgemmBwdTf32x3(),
         ConvIgemmPadBwdTf32x3(),
         ConvIgemmBwdPhaseTf32x3(),
@@ -110,6 +113,7 @@ SOLVERS: dict[str, list[Solver]] = {
         ConvWgmmaWrwNhwc(),
         ConvIgemmWrwNhwc(),
         ConvIgemmPadWrwNhwc(),
+        ConvIgemmNchwWrw(),
         ConvWinogradWrwF2x3Tf32x3(),
         ConvIgemmWrwTf32x3(),
         ConvIgemmPadWrwTf32x3(),

@@ -134,7 +134,9 @@ _CUDA_WHY = backends.unavailable_reason("cuda")
 
 @pytest.mark.gpu
 @pytest.mark.skipif(_CUDA_WHY is not None, reason=f"cuda unavailable: {_CUDA_WHY}")
-@pytest.mark.parametrize("dtype,layout", [("fp32", "NCHW"), ("fp16", "NHWC"), ("bf16", "NHWC")])
+@pytest.mark.parametrize(
+    "dtype,layout", [("fp32", "NCHW"), ("fp16", "NHWC"), ("bf16", "NHWC"), ("fp16", "NCHW"), ("bf16", "NCHW")]
+)
 def test_alpha_beta_on_cuda(dtype, layout):
     """The scale and the blend on CUDA (device buffers, the handle's stream), every direction, on
     find's first solution and on every solver that takes a small forward problem."""
@@ -159,7 +161,7 @@ def test_alpha_beta_on_cuda(dtype, layout):
 @pytest.mark.parametrize(
     "dtype,layout,direction",
     [
-        *((d, "NHWC", dr) for d in ("fp16", "bf16") for dr in "FBW"),
+        *((d, ly, dr) for d in ("fp16", "bf16") for ly in ("NHWC", "NCHW") for dr in "FBW"),
         *(("fp32", ly, dr) for ly in ("NCHW", "NHWC") for dr in "FB"),
     ],
 )
@@ -177,8 +179,8 @@ def test_fused_alpha_beta_on_cuda(dtype, layout, direction):
     }
     p = conv_problem(dtype, *shapes[direction], direction, (layout,) * 3, pads=(1, 1))
     solvers = [s for s in applicable(cuda, p) if s.epilogue_files]
-    # fp16 / bf16: the mma.sync and the wgmma kernels; fp32: the 3xTF32 one
-    assert len(solvers) >= (1 if dtype == "fp32" else 2), [s.name for s in solvers]
+    # fp16 / bf16: the mma.sync and the wgmma kernels (NCHW: the transposing solver); fp32: the 3xTF32 one
+    assert len(solvers) >= (1 if dtype == "fp32" or layout == "NCHW" else 2), [s.name for s in solvers]
     for solver in solvers:
         for cfg in path_configs(solver, cuda, p, 1 if dtype == "bf16" else 4):
             solution = make_solution(cuda, p, solver, cfg)

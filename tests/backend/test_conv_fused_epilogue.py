@@ -160,6 +160,8 @@ needs_cuda = pytest.mark.skipif(_CUDA_WHY is not None, reason=f"cuda unavailable
         *((name, dtype, "NHWC") for name in FUSING["F"] for dtype in ("fp16", "bf16")),
         ("ConvIgemmFwdTf32x3", "fp32", "NHWC"),
         ("ConvIgemmFwdTf32x3", "fp32", "NCHW"),
+        ("ConvIgemmNchwFwd", "fp16", "NCHW"),
+        ("ConvIgemmNchwFwd", "bf16", "NCHW"),
     ],
 )
 def test_bias_activation_fused_on_cuda(solver_name, dtype, layout):
