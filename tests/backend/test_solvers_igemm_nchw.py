@@ -196,7 +196,8 @@ def test_layer_programs():
                 assert (int(step.args[2]), int(step.args[3])) == (rows, cols)
                 assert step.spec.global_size == (-(-cols // 64) * 32, -(-rows // 64) * 8, batches)
                 assert step.spec.local_size == (32, 8, 1)
-                assert dict(step.spec.defines)["TP_VEC"] == (1 if role == "w" else 2)
+                defines = dict(step.spec.defines)
+                assert (defines["TP_LD2"], defines["TP_ST2"]) == ((0, 1) if role == "w" else (1, 1))
             assert back.spec.name == "transpose_tile_out" and back.args[:2] == (
                 Workspace(offsets[2]),
                 Tensor(out),
@@ -213,6 +214,18 @@ def test_layer_programs():
             assert program.workspace == solver.workspace_size(ctx, view_)
 
 
+def test_one_pixel_tensors_in_place():
+    """A 1x1 filter is read in place (KCRS is KRSC); its gradient is written by copy_out."""
+    fwd = SOLVERS["F"].get_program(CTX, small("F")[2].conv_view())
+    assert [s.spec.name for s in fwd.steps][0] == "transpose_tile_in" and fwd.steps[0].args[0] == Tensor("x")
+    assert all(s.spec.name != "transpose_tile_in" or s.args[0] != Tensor("w") for s in fwd.steps)
+    assert Tensor("w") in fwd.steps[1].args
+    wrw = SOLVERS["W"].get_program(CTX, small("W")[2].conv_view())
+    back = wrw.steps[-1]
+    assert back.spec.name == "copy_out" and back.args[1] == Tensor("w")
+    assert [int(a) for a in back.args[2:]] == [16 * 32, 32]
+
+
 def test_narrow_input_and_mixed_layouts():
     """3 channels: transpose_narrow_in, one work item per pixel; an NHWC read tensor in place."""
     program = SOLVERS["F"].get_program(CTX, stem("F").conv_view())
@@ -220,6 +233,9 @@ def test_narrow_input_and_mixed_layouts():
     assert narrow.spec.name == "transpose_narrow_in" and narrow.spec.local_size == (256,)
     assert [int(a) for a in narrow.args[2:]] == [3, 224 * 224, 32 * 224 * 224]
     assert narrow.spec.global_size == (-(-32 * 224 * 224 // 256) * 256,)
+    back = SOLVERS["B"].get_program(CTX, stem("B").conv_view()).steps[-1]
+    assert back.spec.name == "transpose_narrow_out" and back.args[1] == Tensor("x")
+    assert [int(a) for a in back.args[2:]] == [224 * 224, 3, 32 * 224 * 224]
     for direction in "FBW":
         solver = SOLVERS[direction]
         program = solver.get_program(CTX80, mixed(direction).conv_view())
@@ -285,13 +301,18 @@ def simulate(program, problem: ConvProblem, tensors: dict[str, np.ndarray]) -> n
             for a in step.args
         ]
         name = step.spec.name
-        if name in ("transpose_tile_in", "transpose_tile_out", "transpose_narrow_in"):
+        if name in ("transpose_tile_in", "transpose_tile_out", "transpose_narrow_in", "transpose_narrow_out"):
             rows, cols = int(step.args[2]), int(step.args[3])
-            batches = step.spec.global_size[2] if name != "transpose_narrow_in" else int(step.args[4]) // cols
-            if d["TP_VEC"] == 2:
-                assert rows % 2 == 0 and cols % 2 == 0
+            if name.startswith("transpose_tile"):
+                batches = step.spec.global_size[2]
+                assert (cols % 2 == 0 or not d["TP_LD2"]) and (rows % 2 == 0 or not d["TP_ST2"])
+            else:  # one work item per pixel: the columns of an input, the rows of an output
+                batches = int(step.args[4]) // (cols if name == "transpose_narrow_in" else rows)
             src = buf[0][: batches * rows * cols].reshape(batches, rows, cols)
             buf[1][: src.size] = src.transpose(0, 2, 1).ravel()
+        elif name == "copy_out":
+            total = int(step.args[2])
+            buf[1][:total] = buf[0][:total]
         elif name == "pad_channels":
             rows_dst, rows_src = int(step.args[2]), int(step.args[3])
             s = buf[0][: rows_src * d["CP_MID"] * d["CP_C_SRC"]].reshape(rows_src, d["CP_MID"], d["CP_C_SRC"])
@@ -360,8 +381,17 @@ def test_kernels_compile_for_sm90():
         specs += solver.get_program(CTX, view_, cfg).kernels
         specs += fused_program(solver, CTX, view_, cfg, Epilogue(bias=direction == "F")).kernels
     specs += SOLVERS["F"].get_program(CTX, stem("F").conv_view()).kernels
+    specs += SOLVERS["B"].get_program(CTX, stem("B").conv_view()).kernels
+    specs += SOLVERS["W"].get_program(CTX, small("W")[2].conv_view()).kernels
     specs = {s for s in specs if s.file.startswith("layout_tile")}
-    assert {s.name for s in specs} == {"transpose_tile_in", "transpose_tile_out", "transpose_narrow_in"}
+    names = {
+        "transpose_tile_in",
+        "transpose_tile_out",
+        "transpose_narrow_in",
+        "transpose_narrow_out",
+        "copy_out",
+    }
+    assert {s.name for s in specs} == names
     for spec in specs:
         source = (KERNEL_ROOT / "cuda" / f"{spec.file}.cu").read_text()
         cubin = compile_cubin(source, f"{spec.file}.cu", spec.options(), arch="sm_90")

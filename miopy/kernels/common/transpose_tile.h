@@ -4,25 +4,26 @@
    stored type (4 bytes for fp32, 2 for fp16 / bf16).
 
    A block of 32 x 8 threads moves one TT_TILE x TT_TILE tile (64 x 64): grid x covers the
-   columns, y the rows, z the batches. With TP_VEC 2 (rows and cols both even) every global
-   access is a pair of elements (4 bytes for 16-bit data), so a warp reads or writes 128
-   contiguous bytes of one row; with TP_VEC 1, single elements. The shared tile's rows are
-   padded by TT_PAD elements (pairs stay aligned; at most 2-way bank conflicts on the gather).
+   columns, y the rows, z the batches. With TP_LD2 (cols even) each thread reads element pairs
+   along a row, so a warp reads 128 contiguous bytes of 16-bit data; with TP_ST2 (rows even) it
+   writes pairs along an output row the same way; without them, single elements (a 7x7 image's
+   49 pixels). The shared tile's rows are padded by TT_PAD elements (pairs stay aligned; at most
+   2-way bank conflicts on the gather for 16-bit data).
 
    The caller defines TT_STORE(dst, i, bits, channel) for each element written (bits: the stored
    value; channel: the source column, which is the output channel of an NHWC -> NCHW transpose)
-   or leaves the plain store; TT_STORE2(dst, i, lo, hi, channel) stores a pair (TP_VEC 2). What
-   they use beyond that comes in through TT_PARAM (transpose_tile's extra parameters) and TT_ARG. */
+   or leaves the plain store; TT_STORE2(dst, i, lo, hi, channel) stores a pair. What they use
+   beyond that comes in through TT_PARAM (transpose_tile's extra parameters) and TT_ARG. */
 #ifndef MIOPY_TRANSPOSE_TILE_H
 #define MIOPY_TRANSPOSE_TILE_H
 
 #include "common/miopy_types.h"
 
-#ifndef TP_VEC
-#define TP_VEC 1
+#ifndef TP_LD2
+#define TP_LD2 0
 #endif
-#if TP_VEC != 1 && TP_VEC != 2
-#error "TP_VEC: 1 or 2 elements per access"
+#ifndef TP_ST2
+#define TP_ST2 0
 #endif
 
 #define TT_TILE 64
@@ -65,13 +66,11 @@ DEVICE_FN void transpose_tile(const tt_bits_t* RESTRICT src, tt_bits_t* RESTRICT
         const int r = r0 + ty + k;
         if(r >= rows)
             break;
-#if TP_VEC == 2
+#if TP_LD2
         const int c = c0 + 2 * tx;
         if(c < cols)
-        {
-            const tt_pair_t v = *reinterpret_cast<const tt_pair_t*>(s + (i64)r * cols + c);
-            *reinterpret_cast<tt_pair_t*>(&tile[ty + k][2 * tx]) = v;
-        }
+            *reinterpret_cast<tt_pair_t*>(&tile[ty + k][2 * tx]) =
+                *reinterpret_cast<const tt_pair_t*>(s + (i64)r * cols + c);
 #else
 #pragma unroll
         for(int j = 0; j < TT_TILE; j += 32)
@@ -89,13 +88,10 @@ DEVICE_FN void transpose_tile(const tt_bits_t* RESTRICT src, tt_bits_t* RESTRICT
         const int c = c0 + ty + k; /* the output row: a source column */
         if(c >= cols)
             break;
-#if TP_VEC == 2
+#if TP_ST2
         const int r = r0 + 2 * tx;
         if(r < rows)
-        {
-            const tt_bits_t lo = tile[2 * tx][ty + k], hi = tile[2 * tx + 1][ty + k];
-            TT_STORE2(d, (i64)c * rows + r, lo, hi, c);
-        }
+            TT_STORE2(d, (i64)c * rows + r, tile[2 * tx][ty + k], tile[2 * tx + 1][ty + k], c);
 #else
 #pragma unroll
         for(int j = 0; j < TT_TILE; j += 32)

@@ -1,14 +1,14 @@
-/* transpose_tile: `batches` row-major matrices of rows x cols to cols x rows, through shared
+/* transpose_tile_in: `batches` row-major matrices of rows x cols to cols x rows, through shared
    memory, as raw bits of the stored type (common/transpose_tile.h). The NCHW tensor-core
    implicit-GEMM solvers (solvers/conv/igemm_nchw.py) run it on their read tensors: NCHW x or dy
    [N][C][HW] -> NHWC [N][HW][C], and the KCRS filter [K][C][RS] -> KRSC [K][RS][C].
 
-   Grid: (ceil(cols / 64) * 32, ceil(rows / 64) * 8, batches) of (32, 8, 1). TP_VEC 2 where rows
-   and cols are both even (element pairs), else 1. Matrices of at most 8 rows (channels) take
-   transpose_narrow_in instead. */
+   Grid: (ceil(cols / 64) * 32, ceil(rows / 64) * 8, batches) of (32, 8, 1). TP_LD2 where cols
+   are even, TP_ST2 where rows are even (element pairs). Matrices of at most 8 rows (channels)
+   take transpose_narrow_in instead. */
 
-// miopy-compile-test: -DTP_VEC=1
-// miopy-compile-test: -DTP_VEC=2
+// miopy-compile-test: -DTP_LD2=1
+// miopy-compile-test: -DTP_ST2=1
 
 #include "common/transpose_tile.h"
 

@@ -1,19 +1,26 @@
-/* transpose_tile_out: transpose_tile (common/transpose_tile.h) writing a convolution's result:
-   the NCHW tensor-core implicit-GEMM solvers (solvers/conv/igemm_nchw.py) run it on the NHWC
-   result the GEMM left in the workspace, [N][HW][K] -> NCHW [N][K][HW] (forward y, backward
-   data dx), or the KRSC filter gradient [K][RS][C] -> KCRS [K][C][RS].
+/* The kernels that write the result of the NCHW tensor-core implicit-GEMM solvers
+   (solvers/conv/igemm_nchw.py) from the NHWC result the GEMM left in the workspace:
 
-   It makes every write of the output, so it carries the solvers' fused epilogue
+   transpose_tile_out: transpose_tile (common/transpose_tile.h), [N][HW][K] -> NCHW [N][K][HW]
+   (forward y, backward data dx) or the KRSC filter gradient [K][RS][C] -> KCRS [K][C][RS].
+   Grid: (ceil(cols / 64) * 32, ceil(rows / 64) * 8, batches) of (32, 8, 1); TP_LD2 where cols
+   are even, TP_ST2 where rows are even.
+
+   transpose_narrow_out: the same for at most 8 channels (cols), one work item per pixel of every
+   batch (`total` = batches * rows), which reads its channels and writes one element to each
+   channel's plane (a warp writes 32 adjacent ones per plane). Grid: total in blocks of 256.
+
+   copy_out: a result already in its final order (a 1x1 filter: KRSC is KCRS), element by
+   element, channel i % channels. Grid: total in blocks of 256.
+
+   They make every write of the output, so they carry the solvers' fused epilogue
    (common/conv_epilogue.h; solvers/conv/epilogue.py): built with MIOPY_EPI, each element becomes
-   act(alpha * v + bias[channel]) + beta * out, the channel being the source column (K of an
-   activation; the bias applies to forward only). Without it the bits are moved as they are.
+   act(alpha * v + bias[channel]) + beta * out, the channel being K of an activation (the bias
+   applies to forward only). Without it the bits are moved as they are. */
 
-   Grid: (ceil(cols / 64) * 32, ceil(rows / 64) * 8, batches) of (32, 8, 1). TP_VEC 2 where rows
-   and cols are both even (element pairs), else 1. */
-
-// miopy-compile-test: -DTP_VEC=1
-// miopy-compile-test: -DTP_VEC=2
-// miopy-compile-test: -DTP_VEC=2 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=3
+// miopy-compile-test: -DTP_LD2=1
+// miopy-compile-test: -DTP_ST2=1
+// miopy-compile-test: -DTP_LD2=1 -DTP_ST2=1 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DMIOPY_EPI_ACT=3
 
 #include "common/miopy_types.h"
 #include "common/mma_sm80.h" /* pack2, which conv_epilogue.h's 16-byte helpers use */
@@ -46,4 +53,27 @@ KERNEL void __launch_bounds__(256) transpose_tile_out(const tt_bits_t* RESTRICT 
 {
     EPI_SETUP(reinterpret_cast<const data_t*>(dst), 0, 0);
     transpose_tile(src, dst, rows, cols TT_ARG);
+}
+
+KERNEL void __launch_bounds__(256) transpose_narrow_out(const tt_bits_t* RESTRICT src, tt_bits_t* RESTRICT dst,
+                                                        int rows, int cols, i64 total EPI_KERNEL_PARAMS)
+{
+    EPI_SETUP(reinterpret_cast<const data_t*>(dst), 0, 0);
+    const i64 e = GLOBAL_ID0;
+    if(e >= total)
+        return;
+    const i64 batch = e / rows;
+    const tt_bits_t* s = src + e * cols;
+    tt_bits_t* d = dst + batch * rows * cols + (e - batch * rows);
+    for(int c = 0; c < cols; ++c)
+        TT_STORE(d, (i64)c * rows, s[c], c);
+}
+
+KERNEL void __launch_bounds__(256) copy_out(const tt_bits_t* RESTRICT src, tt_bits_t* RESTRICT dst, i64 total,
+                                            int channels EPI_KERNEL_PARAMS)
+{
+    EPI_SETUP(reinterpret_cast<const data_t*>(dst), 0, 0);
+    const i64 i = GLOBAL_ID0;
+    if(i < total)
+        TT_STORE(dst, i, src[i], (int)(i % channels));
 }

@@ -5,11 +5,13 @@ The fp16 / bf16 tensor-core solvers (Hopper's wgmma, mma.sync, their channel-pad
 read and write packed NHWC only. An NCHW problem runs them on its NHWC twin (the same convolution,
 every tensor packed NHWC): each read tensor stored NCHW is transposed into the workspace
 (kernels/cuda/layout_tile.cu: x or dy [N][C][HW] -> [N][HW][C], the KCRS filter -> KRSC; a read
-tensor already packed NHWC is used in place), one NHWC solver (an ``inner``) runs its own program
-on those copies, its output lands in the workspace, and kernels/cuda/layout_tile_out.cu writes it
-back in NCHW ([N][HW][K] -> [N][K][HW], dw KRSC -> KCRS). That last kernel makes every write of
-the output, so alpha / beta, the bias (forward) and the activation of a fused epilogue are
-applied there (epilogue.py); the inner kernels are the plain ones.
+tensor already packed NHWC, or of one pixel per channel such as a 1x1 filter, is used in place),
+one NHWC solver (an ``inner``) runs its own program on those copies, its output lands in the
+workspace, and kernels/cuda/layout_tile_out.cu writes it back in NCHW ([N][HW][K] -> [N][K][HW],
+dw KRSC -> KCRS; a copy for a 1x1 filter). That last kernel makes every write of the output, so
+alpha / beta, the bias (forward) and the activation of a fused epilogue are applied there
+(epilogue.py); the inner kernels are the plain ones. Tensors of at most 8 channels (an image's 3)
+take per-pixel kernels instead of the 64 x 64 shared-memory tiles.
 
 The config is the inner solver's config on the twin with the inner solver's name added:
 ``{"inner": "ConvWgmmaFwdNhwc", "bm": 128, ...}``. The default is what immediate mode would run
@@ -75,36 +77,54 @@ def geometry(desc: TensorDesc) -> tuple[int, int, int]:
 
 def transpose_launch(file: str, name: str, dtype: DataType, src: Any, dst: Any, batches: int, rows: int,
                      cols: int) -> Launch:  # fmt: skip
-    """kernels/cuda/``file``.cu's ``name``: ``batches`` rows x cols matrices to cols x rows, in
-    element pairs where both are even (TP_VEC 2)."""
-    vec = 2 if rows % 2 == 0 and cols % 2 == 0 else 1
+    """kernels/cuda/``file``.cu's ``name``: ``batches`` rows x cols matrices to cols x rows, read
+    in element pairs where cols are even (TP_LD2), written in pairs where rows are even (TP_ST2)."""
+    defines = {"MIOPY_DTYPE": dtype.code, "TP_LD2": int(cols % 2 == 0), "TP_ST2": int(rows % 2 == 0)}
     global_size = (-(-cols // TILE) * BLOCK[0], -(-rows // TILE) * BLOCK[1], batches)
-    spec = KernelSpec(file, name, {"MIOPY_DTYPE": dtype.code, "TP_VEC": vec}, global_size, (*BLOCK, 1))
+    spec = KernelSpec(file, name, defines, global_size, (*BLOCK, 1))
     return Launch(spec, (src, dst, np.int32(rows), np.int32(cols)))
 
 
-def to_nhwc(dtype: DataType, desc: TensorDesc, src: Any, dst: Any) -> Launch:
+def narrow_launch(
+    file: str, name: str, dtype: DataType, src: Any, dst: Any, args: tuple, items: int
+) -> Launch:
+    """kernels/cuda/``file``.cu's ``name``, one work item of ``items`` each, in blocks of
+    NARROW_BLOCK, with ``args`` after its source and destination."""
+    global_size = (-(-items // NARROW_BLOCK) * NARROW_BLOCK,)
+    spec = KernelSpec(file, name, {"MIOPY_DTYPE": dtype.code}, global_size, (NARROW_BLOCK,))
+    return Launch(spec, (src, dst, *args))
+
+
+def to_nhwc(dtype: DataType, desc: TensorDesc, src: Any, dst: Any) -> Launch | None:
     """An NCHW tensor (``desc``) to NHWC: per batch, channels x pixels to pixels x channels
-    (transpose_narrow_in for at most NARROW_ROWS channels)."""
+    (transpose_narrow_in for at most NARROW_ROWS channels). None where it has one pixel (a 1x1
+    filter): then NCHW and NHWC are the same bytes."""
     batches, channels, pixels = geometry(desc)
+    if pixels == 1:
+        return None
     if channels > NARROW_ROWS:
         return transpose_launch(
             "layout_tile", "transpose_tile_in", dtype, src, dst, batches, channels, pixels
         )
     total = batches * pixels  # one work item per pixel, reading its few channels
-    global_size = (-(-total // NARROW_BLOCK) * NARROW_BLOCK,)
-    spec = KernelSpec("layout_tile", "transpose_narrow_in", {"MIOPY_DTYPE": dtype.code, "TP_VEC": 1},
-                      global_size, (NARROW_BLOCK,))  # fmt: skip
-    return Launch(spec, (src, dst, np.int32(channels), np.int32(pixels), np.int64(total)))
+    args = (np.int32(channels), np.int32(pixels), np.int64(total))
+    return narrow_launch("layout_tile", "transpose_narrow_in", dtype, src, dst, args, total)
 
 
 def to_nchw(dtype: DataType, desc: TensorDesc, src: Any, dst: Any) -> Launch:
-    """An NHWC result to the NCHW output ``desc``, through transpose_tile_out (the fused
-    epilogue's kernel)."""
+    """An NHWC result to the NCHW output ``desc`` through layout_tile_out (the fused epilogue's
+    kernels): transpose_tile_out, transpose_narrow_out for at most NARROW_ROWS channels, copy_out
+    for one pixel (the same bytes in both layouts)."""
     batches, channels, pixels = geometry(desc)
-    return transpose_launch(
-        "layout_tile_out", "transpose_tile_out", dtype, src, dst, batches, pixels, channels
-    )
+    file = "layout_tile_out"
+    if pixels == 1:
+        total = batches * channels
+        return narrow_launch(file, "copy_out", dtype, src, dst, (np.int64(total), np.int32(channels)), total)
+    if channels > NARROW_ROWS:
+        return transpose_launch(file, "transpose_tile_out", dtype, src, dst, batches, pixels, channels)
+    total = batches * pixels  # one work item per pixel, writing one element to each channel
+    args = (np.int32(pixels), np.int32(channels), np.int64(total))
+    return narrow_launch(file, "transpose_narrow_out", dtype, src, dst, args, total)
 
 
 def grid_reason(role: str, desc: TensorDesc) -> str | None:
@@ -265,11 +285,13 @@ class NchwIgemmSolver(TunableSolver):
         operands: dict[str, Any] = {}
         for role in self.reads:
             desc = tensors[role]
-            if is_nhwc(desc):
+            ws = Workspace(parts.size)
+            launch = None if is_nhwc(desc) else to_nhwc(dtype, desc, Tensor(role), ws)
+            if launch is None:  # NHWC already, or one pixel (NCHW is NHWC): read in place
                 operands[role] = Tensor(role)
                 continue
             operands[role] = parts.take(desc.nbytes)
-            steps.append(to_nhwc(dtype, desc, Tensor(role), operands[role]))
+            steps.append(launch)
         out = tensors[self.writes]
         operands[self.writes] = parts.take(out.nbytes)
         base = parts.take(gemm.workspace).offset if gemm.workspace else None
