@@ -197,7 +197,7 @@ def test_layer_programs():
                 assert step.spec.global_size == (-(-cols // 64) * 32, -(-rows // 64) * 8, batches)
                 assert step.spec.local_size == (32, 8, 1)
                 defines = dict(step.spec.defines)
-                assert (defines["TP_LD2"], defines["TP_ST2"]) == ((0, 1) if role == "w" else (1, 1))
+                assert (defines["TP_LDV"], defines["TP_STV"]) == ((1, 8) if role == "w" else (8, 8))
             assert back.spec.name == "transpose_tile_out" and back.args[:2] == (
                 Workspace(offsets[2]),
                 Tensor(out),
@@ -305,7 +305,7 @@ def simulate(program, problem: ConvProblem, tensors: dict[str, np.ndarray]) -> n
             rows, cols = int(step.args[2]), int(step.args[3])
             if name.startswith("transpose_tile"):
                 batches = step.spec.global_size[2]
-                assert (cols % 2 == 0 or not d["TP_LD2"]) and (rows % 2 == 0 or not d["TP_ST2"])
+                assert cols % d["TP_LDV"] == 0 and rows % d["TP_STV"] == 0
             else:  # one work item per pixel: the columns of an input, the rows of an output
                 batches = int(step.args[4]) // (cols if name == "transpose_narrow_in" else rows)
             src = buf[0][: batches * rows * cols].reshape(batches, rows, cols)

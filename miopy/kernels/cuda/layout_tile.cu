@@ -3,12 +3,14 @@
    implicit-GEMM solvers (solvers/conv/igemm_nchw.py) run it on their read tensors: NCHW x or dy
    [N][C][HW] -> NHWC [N][HW][C], and the KCRS filter [K][C][RS] -> KRSC [K][RS][C].
 
-   Grid: (ceil(cols / 64) * 32, ceil(rows / 64) * 8, batches) of (32, 8, 1). TP_LD2 where cols
-   are even, TP_ST2 where rows are even (element pairs). Matrices of at most 8 rows (channels)
-   take transpose_narrow_in instead. */
+   Grid: (ceil(cols / 64) * 32, ceil(rows / 64) * 8, batches) of (32, 8, 1). TP_LDV elements per
+   read (8 where cols is a multiple of 8, 2 where even, else 1), TP_STV per write (the same on
+   rows). Matrices of at most 8 rows (channels) take transpose_narrow_in instead. */
 
-// miopy-compile-test: -DTP_LD2=1
-// miopy-compile-test: -DTP_ST2=1
+// miopy-compile-test: -DTP_LDV=1 -DTP_STV=1
+// miopy-compile-test: -DTP_LDV=8 -DTP_STV=8
+// miopy-compile-test: -DTP_LDV=1 -DTP_STV=8
+// miopy-compile-test: -DTP_LDV=2 -DTP_STV=2
 
 #include "common/transpose_tile.h"
 

@@ -75,11 +75,17 @@ def geometry(desc: TensorDesc) -> tuple[int, int, int]:
     return a, b, math.prod(spatial)
 
 
+def vector(length: int) -> int:
+    """Elements per access along a row of ``length``: 8 (16 bytes of 16-bit data) where it is a
+    multiple of 8, 2 where it is even, else 1."""
+    return next(v for v in (8, 2, 1) if length % v == 0)
+
+
 def transpose_launch(file: str, name: str, dtype: DataType, src: Any, dst: Any, batches: int, rows: int,
                      cols: int) -> Launch:  # fmt: skip
     """kernels/cuda/``file``.cu's ``name``: ``batches`` rows x cols matrices to cols x rows, read
-    in element pairs where cols are even (TP_LD2), written in pairs where rows are even (TP_ST2)."""
-    defines = {"MIOPY_DTYPE": dtype.code, "TP_LD2": int(cols % 2 == 0), "TP_ST2": int(rows % 2 == 0)}
+    ``vector(cols)`` elements at a time (TP_LDV) and written ``vector(rows)`` at a time (TP_STV)."""
+    defines = {"MIOPY_DTYPE": dtype.code, "TP_LDV": vector(cols), "TP_STV": vector(rows)}
     global_size = (-(-cols // TILE) * BLOCK[0], -(-rows // TILE) * BLOCK[1], batches)
     spec = KernelSpec(file, name, defines, global_size, (*BLOCK, 1))
     return Launch(spec, (src, dst, np.int32(rows), np.int32(cols)))
