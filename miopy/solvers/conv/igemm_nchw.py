@@ -303,4 +303,4 @@ class NchwIgemmSolver(TunableSolver):
         base = parts.take(gemm.workspace).offset if gemm.workspace else None
         steps.extend(relocated_launches(self.name, gemm, operands, base))
         steps.append(to_nchw(dtype, out, operands[self.writes], Tensor(self.writes)))
-        return Program(tuple(steps), workspace=parts.size, notes=dict(gemm.notes))
+        return Program(tuple(steps), workspace=parts.size)
