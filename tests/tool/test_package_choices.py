@@ -507,11 +507,17 @@ def test_a_kernel_loaded_ahead_is_not_used_for_another_source(installed, monkeyp
 @pytest.mark.parametrize("knob, frozen", [(None, 1), ("0", 0)])
 def test_a_handle_with_a_package_freezes_the_collector_once(installed, monkeypatch, knob, frozen):
     """MIOPY_GC_FREEZE (default on): once the set-up thread has read the package, gc.freeze() is
-    called, once per process; 0 leaves the collector alone."""
+    called, once per process, and the youngest generation's threshold raised until the thaw,
+    which restores it; 0 leaves the collector alone."""
     import gc
     import threading
 
     from miopy import handle as handle_module
+
+    thresholds = [(700, 10, 10)]
+    monkeypatch.setattr(gc, "get_threshold", lambda: thresholds[-1])
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: thresholds.append(t))
+    monkeypatch.setattr(handle_module, "_gc_threshold", [])
 
     if knob is None:
         monkeypatch.delenv("MIOPY_GC_FREEZE", raising=False)
@@ -528,12 +534,16 @@ def test_a_handle_with_a_package_freezes_the_collector_once(installed, monkeypat
         h = Handle("opencl")
         h._prefetch_thread.join()
     assert len(calls) == frozen
+    assert thresholds == (
+        [(700, 10, 10), (handle_module.FROZEN_GEN0_THRESHOLD, 10, 10)] if frozen else [(700, 10, 10)]
+    )
     # thawed once after THAW_AFTER_RUNS runs that were no replay (PoCL records none)
     _, problems = installed
     conv = [p for p in problems if isinstance(p, ConvProblem)]
     for i, p in enumerate(conv * 2):
         check(h, find.get_solutions(h, p)[0], np.random.default_rng(i))
         assert len(thawed) == (frozen if i >= 1 else 0)
+    assert thresholds[-1] == (700, 10, 10)
 
 
 def test_a_handle_with_a_package_reads_the_system_dbs_on_its_set_up_thread(installed, monkeypatch):
