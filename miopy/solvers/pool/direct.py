@@ -141,7 +141,7 @@ def cpu_fwd_program(ctx, p: PoolingProblem) -> Program | None:
     wo8 = -(-w // 8) * 8
     wi8 = -(-p.x.lens[-1] // 8) * 8
     if p.x.strides[1] == 1 and p.y.strides[1] == 1:
-        kind, work = "channels", n * d * h * w
+        kind, work = "channels", n * d * h
     elif p.x.strides[-1] == 1 and p.y.strides[-1] == 1 and max((wo8 - 1) * sw + kw + 16, pw + wi8) <= ROW_BUF:
         kind, work = "rows", n * c * d * -(-h // FWD_ROWS_PER_ITEM)
     else:
