@@ -371,10 +371,10 @@ def pack_params(raws: list[bytes]) -> tuple[ctypes.Array, ctypes.Array]:
 
 _U64 = struct.Struct("<Q")
 
-# NumPy scalar kinds packed by struct code (integers, exact); floats keep their own bytes
-_INT_CODES = {"b": "b", "B": "B", "h": "h", "H": "H", "i": "i", "I": "I", "l": "q", "L": "Q"}
-_INT_CODES |= {"q": "q", "Q": "Q", "?": "?"}
-_FLOAT_CHARS = frozenset("efd")
+# NumPy integer and bool scalars packed by struct code, by (dtype kind, itemsize): exact on every
+# platform (a C long is 4 bytes on some); floats keep their own bytes
+_INT_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("b", 1): "?"}
+_INT_CODES |= {("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q"}
 
 
 class ArgPacker:
@@ -398,15 +398,15 @@ class ArgPacker:
                 codes.append("Q")
                 sizes.append(8)
                 convert.append((i, self._pointer_of[kind]))
-            elif issubclass(kind, np.generic) and np.dtype(kind).char in _INT_CODES:
-                code = _INT_CODES[np.dtype(kind).char]
-                codes.append(code)
-                sizes.append(struct.calcsize("<" + code))
-            elif issubclass(kind, np.generic) and np.dtype(kind).char in _FLOAT_CHARS:
-                size = np.dtype(kind).itemsize
-                codes.append(f"{size}s")
-                sizes.append(size)
-                floats.append(i)
+            elif issubclass(kind, np.generic):
+                dtype = np.dtype(kind)
+                code = _INT_CODES.get((dtype.kind, dtype.itemsize))
+                if code is None and not (dtype.kind == "f" and dtype.itemsize in (2, 4, 8)):
+                    return False
+                codes.append(code or f"{dtype.itemsize}s")
+                sizes.append(dtype.itemsize)
+                if code is None:
+                    floats.append(i)
             else:
                 return False
         count = max(len(kinds), 1)

@@ -66,6 +66,7 @@ def test_the_arg_packer_gives_the_bytes_pack_params_gives():
         args = [_Buffer(ptr), np.int32(-7), np.uint8(3), np.float16(1.5), np.int64(-(2**40)), None]
         args += [np.float32(-0.0), nan, np.float64(2.5), np.uint64(2**64 - 1), np.int16(-2), np.bool_(True)]
         args += [np.uint32(2**32 - 1), np.int8(-1), np.uint16(9), _Buffer(ptr + 64)]
+        args += [np.intc(-3), np.longlong(-4), np.uintc(5), np.int_(6)]
         raws = [
             a.ptr.to_bytes(8, "little") if isinstance(a, _Buffer) else bytes(8) if a is None else a.tobytes()
             for a in args
@@ -79,4 +80,5 @@ def test_the_arg_packer_gives_the_bytes_pack_params_gives():
         start = ctypes.addressof(storage)
         assert all(start <= p and p + s <= start + ctypes.sizeof(storage) for p, s in zip(got, sizes))
     assert packer.pack([np.int32(1), 5]) is None  # a Python int: the checked path says what is wrong
+    assert packer.pack([np.longdouble(1)]) is None and packer.pack([np.complex64(1)]) is None
     assert packer.pack([])[0] is not None
