@@ -427,10 +427,13 @@ class Handle:
             bufs[role], hosts[role] = self.buffer(tensors[role], nbytes, role)
         ws = owned = None
         if solution.workspace:
-            if workspace is None:
-                ws = owned = backend.alloc(solution.workspace)
-            else:
+            if workspace is not None:
                 ws, _ = self.buffer(workspace, solution.workspace, "workspace")
+            if ws is None or backend.misaligned(ws):
+                ws = owned = backend.alloc(solution.workspace)
+        staged = self._stage_misaligned(solution, bufs, hosts)
+        if staged:
+            key = None  # the user's buffers are not the ones the kernels see: nothing to record
         invoker = self.prepare_invoker(solution)
         args = InvokeArgs(bufs, ws, scalars or {})
         if key is not None and all(h is None for h in hosts.values()):
@@ -448,9 +451,36 @@ class Handle:
                 backend.run_prepared(calls)
                 return
         invoker(args)
+        if staged:
+            for role, user_buf, nbytes in staged:
+                if role in problem.outputs:
+                    backend.copy(user_buf, bufs[role], nbytes)
+            backend.synchronize()  # the aligned copies are freed on return: let the device finish
         for out in problem.outputs:
             if hosts[out] is not None:
                 backend.download(bufs[out], hosts[out])
+
+    def _stage_misaligned(
+        self, solution: Solution, bufs: dict[str, Any], hosts: dict[str, Any]
+    ) -> list[tuple[str, Any, int]]:
+        """Replace each user device buffer that starts off the kernels' alignment (a view into the
+        middle of a tensor: a slice, a storage offset) by an aligned copy, in ``bufs``; returns
+        (role, the user's buffer, bytes) of each, whose outputs are copied back after the run.
+        Rare and slow by design: the kernels' vector accesses would fault on such a pointer."""
+        backend = self.backend
+        staged = []
+        extra = solution.extra.get("extra_tensors") or {}
+        descs = solution.problem.tensors()
+        for role, buf in bufs.items():
+            if hosts.get(role) is not None or not backend.misaligned(buf):
+                continue
+            nbytes = descs[role].nbytes if role in descs else int(extra[role])
+            copy = backend.alloc(nbytes)
+            backend.copy(copy, buf, nbytes)  # outputs too: beta and accumulating kernels read them
+            staged.append((role, buf, nbytes))
+            bufs[role] = copy
+            _log.info("%s: the device buffer is not aligned for the kernels; the run uses a copy", role)
+        return staged
 
     def __repr__(self) -> str:
         return f"Handle({self.backend_name}, {self.info.name}, {self.db_basename})"

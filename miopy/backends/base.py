@@ -120,6 +120,12 @@ class Backend(abc.ABC):
     def nbytes(self, buffer: Any) -> int:
         """Size of a buffer (native or wrapped) in bytes."""
 
+    def misaligned(self, buffer: Any) -> bool:
+        """Whether a wrapped device buffer starts off the boundary that miopy's kernels assume for
+        their vector loads (a view into the middle of a user's tensor). Backends whose buffers
+        always start aligned say False."""
+        return False
+
     def buffer_at(self, buffer: Any, offset: int) -> Any:
         """``buffer`` from ``offset`` bytes on, as a kernel argument (a Workspace with an offset).
         Backends without plain device pointers refuse."""

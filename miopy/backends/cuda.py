@@ -316,6 +316,9 @@ extern "C" __global__ void miopy_spin(unsigned long long ns) {
 }
 """
 _SPIN_MAX_NS = 200_000_000
+# The byte boundary miopy's CUDA kernels and cuBLASLt assume every tensor starts on (16-byte vector
+# loads and stores, cp.async, TMA); a user's tensor that starts elsewhere runs on aligned copies.
+KERNEL_ALIGNMENT = 16
 STREAM_WARM_UP_WAIT_S = 10.0  # the most a first cuBLASLt call waits for the set-up thread's calls
 
 
@@ -688,6 +691,9 @@ class Backend(BackendBase):
         if isinstance(buffer, cp.cuda.MemoryPointer):
             return int(buffer.ptr)
         raise bad("buffer", type(buffer).__name__, "not a buffer of the cuda backend (alloc, upload or wrap)")
+
+    def misaligned(self, buffer: Any) -> bool:
+        return self._ptr(buffer) % KERNEL_ALIGNMENT != 0
 
     def alloc(self, nbytes: int) -> Any:
         cp = self._cp

@@ -91,3 +91,27 @@ def test_nvidia_opencl_refuses_to_compile_beside_nvrtc(isolated, monkeypatch):
     spec = KernelSpec("conv_naive", "conv_naive_wrw", {"MIOPY_DTYPE": 2, "UNCACHED": 1}, (256,), (256,))
     with pytest.raises(errors.CompileError, match="NVRTC"):
         h.compile(spec)
+
+
+def test_misaligned_device_buffers_run_on_aligned_copies(isolated, monkeypatch, caplog):
+    """A device buffer that starts off the kernels' alignment (on CUDA: a view one element into a
+    tensor) runs on an aligned copy, and an output is copied back into the user's buffer. PoCL's
+    buffers always start aligned, so the backend is told here that x and y do not."""
+    import pyopencl.array as cla
+
+    h = Handle("opencl")
+    problem = _problem()
+    host = random_buffers(problem, np.random.default_rng(3))
+    expected = conv_reference_buffers(problem, host)
+    dev = {role: cla.to_device(h.backend.queue, arr) for role, arr in host.items()}
+    flagged = {id(h.backend.wrap(dev[r])) for r in ("x", "y")}  # wrap returns the native buffer
+    monkeypatch.setattr(h.backend, "misaligned", lambda buf: id(buf) in flagged)
+    x_before = dev["x"].get()
+    with caplog.at_level("INFO", logger="miopy.handle"):
+        for solution in get_solutions(h, problem)[:3]:
+            dev["y"].fill(np.float32(np.nan))
+            solution.run(h, dev)
+            got = dict(host, y=dev["y"].get())
+            assert rms_range(output_of(problem, got), expected) < 1.5e-6, solution.solver
+    assert np.array_equal(dev["x"].get(), x_before)  # an input's copy is never written back
+    assert sum("aligned" in r.getMessage() for r in caplog.records) >= 2
