@@ -1924,8 +1924,13 @@ DEVICE_FN gn_raw_t gn_load(const GLOBAL data_t* p, i64 off, int va) { return LOA
 DEVICE_FN gn_raw_t gn_zero(void) { return 0.0f; }
 #endif
 
+#ifndef GN_MIN_BLOCKS
+#define GN_MIN_BLOCKS 1 /* work-groups an SM that __launch_bounds__ guarantees (a register cap) */
+#endif
 #ifdef __OPENCL_VERSION__
 #define GN_BOUNDS
+#elif GN_MIN_BLOCKS > 1
+#define GN_BOUNDS __launch_bounds__(GN_LOCAL, GN_MIN_BLOCKS)
 #else
 #define GN_BOUNDS __launch_bounds__(GN_LOCAL)
 #endif

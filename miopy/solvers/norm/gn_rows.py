@@ -20,8 +20,9 @@ OPENCL_PER_MOST = 64  # values per work item on OpenCL (a CPU keeps them in memo
 CG_MOST = 64  # channels per group of the backward's per-channel sums (local memory)
 
 
-def gn_rows_shape(ctx, problem) -> tuple[int, int, int, int] | str:
-    """(L, vw, local, per) of the one-pass group norm, or why it does not apply."""
+def gn_rows_shape(ctx, problem, local_most: int | None = None) -> tuple[int, int, int, int] | str:
+    """(L, vw, local, per) of the one-pass group norm, or why it does not apply; ``local_most``
+    caps the work items a row (a benchmark's variant, benchmarks/gn_sweep.py)."""
     if getattr(problem, "primitive", None) != "groupnorm":
         return "not a group norm"
     if not problem.x.packed:
@@ -37,7 +38,7 @@ def gn_rows_shape(ctx, problem) -> tuple[int, int, int, int] | str:
     step = VEC_BYTES // dtype.itemsize
     vw = step if cuda and hw % step == 0 else 1
     vectors = L // vw
-    most = CUDA_LOCAL_MOST if cuda else OPENCL_LOCAL_MOST
+    most = local_most or (CUDA_LOCAL_MOST if cuda else OPENCL_LOCAL_MOST)
     local = min(most, max(32, 1 << max(0, (vectors - 1).bit_length())))
     per = -(-vectors // local)
     if cuda and per * (4 if vw > 1 else 1) > CUDA_RAW_REGS:
@@ -54,9 +55,11 @@ def gn_reload(ctx, problem, vw: int, per: int) -> bool:
     return cuda and 2 * per * (4 if vw > 1 else 1) > CUDA_RAW_REGS
 
 
-def gn_rows_program(ctx, problem, extra: dict | None = None) -> Program:
-    """The program; ``extra``: defines a benchmark's variant adds (benchmarks/gn_sweep.py)."""
-    shape = gn_rows_shape(ctx, problem)
+def gn_rows_program(ctx, problem, variant: dict | None = None) -> Program:
+    """The program; ``variant`` (benchmarks/gn_sweep.py) may set local (the most work items a
+    row) and defines."""
+    v = variant or {}
+    shape = gn_rows_shape(ctx, problem, v.get("local"))
     assert not isinstance(shape, str), shape
     L, vw, local, per = shape
     g = problem.num_groups
@@ -66,7 +69,7 @@ def gn_rows_program(ctx, problem, extra: dict | None = None) -> Program:
     backward = problem.norm_kind == "ln_bwd"
     name = "gn_rows_bwd" if backward else "gn_rows_fwd"
     spec = norm_spec(name, problem, vw, (min(rows, MAX_GROUPS) * local,), (local,))
-    defines = {**(extra or {}), **dict(spec.defines), "GN_LOCAL": local, "GN_PER": per}
+    defines = {**v.get("defines", {}), **dict(spec.defines), "GN_LOCAL": local, "GN_PER": per}
     if backward:
         defines["GN_CG_MOST"] = max(cg, 1)
         defines["GN_RELOAD"] = int(gn_reload(ctx, problem, vw, per))

@@ -66,13 +66,14 @@ def lnw_reason(ctx, problem, kind: str, variant: dict | None = None) -> str | No
     team, per = lnw_shape(length, vec, v.get("team_most", TEAM_MOST))
     if kind == "ln_fwd" and per > FWD_PER_MOST:
         return f"rows of {length} elements do not fit a warp's registers"
-    if kind == "ln_bwd" and per * (8 + 2 * vec) > BWD_REGS_MOST:
+    acc_shared = v.get("defines", {}).get("LNW_ACC_SHARED", 0)  # column sums in shared memory
+    if kind == "ln_bwd" and per * (8 + (0 if acc_shared else 2 * vec)) > BWD_REGS_MOST:
         return f"rows of {length} elements and their column sums do not fit a warp's registers"
     if kind == "ln_bwd":
         # OpenCL (and LNW_ACC_SHARED) add the teams' column sums from a slice of local memory each
         group = v.get("group", BWD_SHAPE[problem.x.dtype.itemsize][0])
         cuda = getattr(ctx, "backend_name", None) == "cuda"
-        sliced = not cuda or v.get("defines", {}).get("LNW_ACC_SHARED", 0)
+        sliced = not cuda or acc_shared
         local = (2 * group * per * vec * 4 if sliced else 2 * team * per * vec * 4) + group * 4
         most = (
             STATIC_SHARED_MOST if cuda else int(getattr(getattr(ctx, "info", None), "local_mem_size", 0) or 0)

@@ -136,14 +136,14 @@ class GroupNormFwdRows(Solver):
             return "not a groupnorm problem"
         if problem.norm_kind != self.kind:
             return f"pass is {problem.norm_kind}"
-        shape = gn_rows_shape(ctx, problem)
+        shape = gn_rows_shape(ctx, problem, (self.variant or {}).get("local"))
         return shape if isinstance(shape, str) else None
 
     def workspace_size(self, ctx, problem) -> int:
         return self.get_program(ctx, problem).workspace
 
     def get_program(self, ctx, problem, config=None) -> Program:
-        return gn_rows_program(ctx, problem, (self.variant or {}).get("defines"))
+        return gn_rows_program(ctx, problem, self.variant)
 
 
 class GroupNormBwdRows(GroupNormFwdRows):
