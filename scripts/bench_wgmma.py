@@ -46,7 +46,18 @@ from miopy.tensor import TensorDesc
 
 SOLVER = ConvWgmmaFwdNhwc()
 BATCH = 32
-LAYERS = [(64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512)]  # (C, H=W, K), 3x3, pad 1
+# (C, H=W, K), 3x3, pad 1: ResNet-50's stride-1 3x3 layers (0-3), then the large VGG-16 /
+# ResNet-18 ones of benchmarks/networks.txt (4: L14, 5: L15, 6: L16, 7: L18)
+LAYERS = [
+    (64, 56, 64),
+    (128, 28, 128),
+    (256, 14, 256),
+    (512, 7, 512),
+    (64, 224, 64),
+    (64, 112, 128),
+    (128, 112, 128),
+    (256, 56, 256),
+]
 SETS = 3
 flushed_us = Timer(iters=40, reps=5, sleep_cycles=20_000_000, flush_l2=True)
 
@@ -241,6 +252,7 @@ def main() -> int:
                     space = focus(space)
                 configs += [cfg for cfg in space if cfg not in configs]
             extra = [{"split_k": 1, "ws": 0, "sk": 0, **c} for c in json.loads(args.extra)]
+            extra = [{**c, "bn": min(c["bn"], max(64, k))} for c in extra]  # no wider than K
             configs += [c for c in extra if c not in configs and solver.is_valid_config(handle, problem, c)]
             sols = compile_all(handle, [make_solution(handle, problem, solver, cfg) for cfg in configs])
             be = handle.backend

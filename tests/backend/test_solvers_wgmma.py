@@ -159,6 +159,34 @@ def test_warp_specialized_geometry():
     assert [(d["bm"], d["split_k"], d["ws"]) for d in defaults] == want
 
 
+def test_swapped_operands_geometry():
+    """``swap``: bn / 64 consumer warpgroups plus the producer, WG_SWAP defined, valid only
+    warp-specialized, unsplit, 128 or 256 rows by 64 or 128 columns; the default of grids of
+    many waves (the 112x112 VGG layer), not of the ResNet-50 layers."""
+    big = make("fp16", (32, 128, 112, 112), (128, 128, 3, 3), pads=(1, 1))
+    config = wg_config(256, 128, 4, ws=1, swap=1)
+    assert SOLVER.default_config(CTX, big) == config
+    assert threads(config) == 384 and min_blocks(config) == 1
+    (launch,) = SOLVER.get_program(CTX, big, config).steps
+    assert launch.spec.local_size == (384, 1) and dict(launch.spec.defines)["WG_SWAP"] == 1
+    assert launch.spec.global_size == (1568 * 384, 1)
+    wide = make("fp16", (32, 64, 224, 224), (64, 64, 3, 3), pads=(1, 1))
+    assert SOLVER.default_config(CTX, wide) == wg_config(256, 64, 4, ws=1, swap=1)
+    assert BWD.default_config(CTX, wide) == wg_config(256, 64, 4, ws=1, swap=1)
+    for bad in (
+        wg_config(256, 128, 4, swap=1),  # not warp-specialized
+        wg_config(256, 128, 4, 2, ws=1, swap=1),  # split
+        wg_config(192, 128, 4, ws=1, swap=1),
+        wg_config(128, 256, 4, ws=1, swap=1),
+        {**wg_config(256, 128, 4, ws=1), "swap": 2},
+    ):
+        assert not SOLVER.is_valid_config(CTX, big, bad), bad
+    assert "swap" not in wg_config(256, 128, 4, ws=1)  # the configs of before stay as they were
+    assert SOLVER.is_valid_config(CTX, big, {**wg_config(256, 128, 4, ws=1), "swap": 0})
+    assert wg_config(256, 128, 4, ws=1, swap=1) in list(SOLVER.search_space(CTX, RESNET[1]))
+    assert all("swap" not in SOLVER.default_config(CTX, p) for p in RESNET)
+
+
 def test_debug_knob_forces_default_fields(monkeypatch):
     """MIOPY_DEBUG_WGMMA_CONFIG replaces the default's fields where the result is valid."""
     l6 = SOLVER.default_config(CTX, RESNET[1])
@@ -368,6 +396,30 @@ def test_wgmma_warp_specialized_cluster_split(handle):
         for ws in (1, 2):  # 2: the copies complete the stages' barriers themselves
             assert solver.is_valid_config(handle, problem, {**config, "ws": ws}), (problem.key(), config)
             support.check_solver(handle, solver, problem, rng, {**config, "ws": ws})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
+def test_wgmma_swapped_operands(handle):
+    """The swapped operands (``swap``: the filter tile as wgmma's A, the epilogue through
+    stmatrix .trans), every valid tile and both pipelines, forward and backward data, both data
+    types, on problems with partial tiles in M, N and the reduction, padding, stride and
+    dilation. (The fused epilogue reads the same staging tile: its build is a compile test.)"""
+    rng = np.random.default_rng(57)
+    cases = [
+        (
+            SOLVER,
+            make("fp16", (3, 40, 13, 15), (136, 40, 3, 3), pads=(1, 2), strides=(1, 2), dilations=(2, 1)),
+        ),
+        (SOLVER, make("bf16", (2, 64, 17, 19), (64, 64, 3, 3), pads=(1, 1))),
+        (BWD, make("fp16", (3, 136, 11, 9), (64, 136, 3, 3), "B", pads=(2, 1), dilations=(2, 1))),
+        (BWD, make("bf16", (2, 72, 10, 13), (48, 72, 3, 3), "B", pads=(1, 1))),
+    ]
+    for solver, problem in cases:
+        for bm, bn, stages, ws in ((256, 128, 4, 1), (256, 64, 5, 2), (128, 64, 3, 1), (128, 128, 4, 2)):
+            config = wg_config(bm, bn, stages, ws=ws, swap=1)
+            assert solver.is_valid_config(handle, problem, config), (problem.key(), config)
+            support.check_solver(handle, solver, problem, rng, config)
 
 
 @pytest.mark.gpu

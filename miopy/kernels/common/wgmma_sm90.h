@@ -75,7 +75,7 @@ DEVICE_FN void wgmma_fence_regs(float (&d)[R])
 
 /* D (64 x 64, fp32, this thread's 32) += A (64 x 16, K-major) * B (64 x 16, K-major, or N-major
    with TRANS_B = 1), both in shared memory. */
-template <int TRANS_B>
+template <int TRANS_B, int TRANS_A = 0>
 DEVICE_FN void wgmma_64(float (&d)[32], u64 desc_a, u64 desc_b)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -83,17 +83,17 @@ DEVICE_FN void wgmma_64(float (&d)[32], u64 desc_a, u64 desc_b)
                  "{"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                 "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+                 "}, %32, %33, p, 1, 1, %36, %35;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B));
+                 : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B), "n"(TRANS_A));
 }
 
 /* D (64 x 128, fp32, this thread's 64) += A (64 x 16, K-major) * B (128 x 16, K-major, or N-major
    with TRANS_B = 1), both in shared memory. */
-template <int TRANS_B>
+template <int TRANS_B, int TRANS_A = 0>
 DEVICE_FN void wgmma_128(float (&d)[64], u64 desc_a, u64 desc_b)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -103,7 +103,7 @@ DEVICE_FN void wgmma_128(float (&d)[64], u64 desc_a, u64 desc_b)
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+                 "}, %64, %65, p, 1, 1, %68, %67;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -112,12 +112,12 @@ DEVICE_FN void wgmma_128(float (&d)[64], u64 desc_a, u64 desc_b)
                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B));
+                 : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B), "n"(TRANS_A));
 }
 
 /* D (64 x 256, fp32, this thread's 128) += A (64 x 16, K-major) * B (256 x 16, K-major, or N-major
    with TRANS_B = 1), both in shared memory. */
-template <int TRANS_B>
+template <int TRANS_B, int TRANS_A = 0>
 DEVICE_FN void wgmma_256(float (&d)[128], u64 desc_a, u64 desc_b)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -131,7 +131,7 @@ DEVICE_FN void wgmma_256(float (&d)[128], u64 desc_a, u64 desc_b)
                  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
                  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
                  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-                 "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+                 "}, %128, %129, p, 1, 1, %132, %131;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -148,21 +148,32 @@ DEVICE_FN void wgmma_256(float (&d)[128], u64 desc_a, u64 desc_b)
                    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
                    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B));
+                 : "l"(desc_a), "l"(desc_b), "r"(1), "n"(TRANS_B), "n"(TRANS_A));
 }
 
 /* D (64 x N) += A (64 x 16) * B (N x 16) for the block widths the kernels use; B N-major
-   (rows of the reduction index, N contiguous) with TRANS_B = 1. */
-template <int N, int TRANS_B>
+   (rows of the reduction index, N contiguous) with TRANS_B = 1, A M-major likewise with
+   TRANS_A = 1 (wgmma_desc_mn's layout). */
+template <int N, int TRANS_B, int TRANS_A = 0>
 DEVICE_FN void wgmma_n(float (&d)[N / 2], u64 desc_a, u64 desc_b)
 {
     static_assert(N == 64 || N == 128 || N == 256, "N is 64, 128 or 256");
     if constexpr(N == 64)
-        wgmma_64<TRANS_B>(d, desc_a, desc_b);
+        wgmma_64<TRANS_B, TRANS_A>(d, desc_a, desc_b);
     else if constexpr(N == 128)
-        wgmma_128<TRANS_B>(d, desc_a, desc_b);
+        wgmma_128<TRANS_B, TRANS_A>(d, desc_a, desc_b);
     else
-        wgmma_256<TRANS_B>(d, desc_a, desc_b);
+        wgmma_256<TRANS_B, TRANS_A>(d, desc_a, desc_b);
+}
+
+/* Four 8x8 matrices of 16-bit elements stored transposed: register i holds this lane's two
+   elements (row lane / 4, columns 2 (lane % 4) and + 1) of matrix i, which lands with its
+   column c as the 16 bytes at the address lane 8 i + c gives. */
+DEVICE_FN void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
 }
 
 /* ---- both operands MN-major (backward weights, kernels/cuda/wgmma_wrw.cu) ----

@@ -44,6 +44,9 @@
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_B_MN=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_B_MN=1 -DWG_BM=64 -DWG_BN=64 -DWG_STAGES=3 -DIG_SPLIT_K=2 -DIG_CLUSTER=1 -DIG_PH=-1 -DIG_PW=-1 -DIG_DH=-1 -DIG_DW=-1
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=128 -DWG_BN=128 -DWG_STAGES=5
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_SWAP=1 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4
+// miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=2 -DWG_SWAP=1 -DWG_BM=256 -DWG_BN=64 -DWG_STAGES=5 -DWG_B_MN=1
+// miopy-compile-test: -DMIOPY_DTYPE=1 -DMIOPY_EPI=1 -DMIOPY_EPI_BIAS=1 -DWG_WS=1 -DWG_SWAP=1 -DWG_BM=128 -DWG_BN=64 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=128 -DWG_BN=256 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=2 -DWG_WS=1 -DWG_BM=256 -DWG_BN=128 -DWG_STAGES=4
 // miopy-compile-test: -DMIOPY_DTYPE=1 -DWG_WS=1 -DWG_BM=64 -DWG_BN=256 -DWG_STAGES=3 -DWG_B_MN=1
@@ -99,12 +102,27 @@
    stage's full barrier completed by the copies themselves (cp.async.mbarrier.arrive.noinc) */
 #define WG_WS 0
 #endif
+#ifndef WG_SWAP
+/* 1 (warp-specialized, unsplit, WG_BM 128 or 256): the operands swapped, D^T = B A^T. The
+   WG_BN / 64 consumer warpgroups each own 64 output channels and all WG_BM pixels: one wgmma
+   m64n{WG_BM}k16 per k-slice with the filter tile as A and the pixel tile as B (the ring as
+   without the swap). A 256 x 128 tile is then two warpgroups of m64n256 (80 bytes of shared
+   memory read per 128 MMA cycles, against 96 per 128 for four of m64n128) and 256 x 64 one
+   (against 128 x 64's two of m64n64, 128 bytes per cycle: the whole shared-memory bandwidth).
+   The epilogue stores the transposed fragments with stmatrix .trans into the staging tile. */
+#define WG_SWAP 0
+#endif
 /* The m16n8 view of the wgmma tiling for common/igemm_defines.h and the epilogues: a column of
-   WG_BM / 16 warps, each a 16 x WG_BN warp tile, k-tiles of 64. */
+   WG_BM / 16 warps, each a 16 x WG_BN warp tile, k-tiles of 64 (WG_SWAP: WG_BN / 16 consumer
+   warps; only their count matters there). */
 #define IG_BM WG_BM
 #define IG_BN WG_BN
 #define IG_BK 64
+#if WG_SWAP
+#define IG_WARPS_M (WG_BN / 16)
+#else
 #define IG_WARPS_M (WG_BM / 16)
+#endif
 #define IG_WARPS_N 1
 #define IG_STAGES WG_STAGES
 #include "common/igemm_defines.h"
@@ -128,7 +146,11 @@
 #define WG_STAGE_BYTES ((WG_BM + WG_BN) * 128)
 #define WG_TILES_N ((IG_K + WG_BN - 1) / WG_BN)
 #define WG_KT ((WG_KD + 63) / 64)
+#if WG_SWAP
+#define WG_ACC (WG_BM / 2) /* fp32 accumulators per thread */
+#else
 #define WG_ACC (WG_BN / 2) /* fp32 accumulators per thread */
+#endif
 #define WG_EPI_BYTES (WG_BM * (WG_BN + 8) * 2 + WG_BM * 4)
 #define WG_RING_OR_EPI_BYTES \
     (WG_STAGES * WG_STAGE_BYTES > WG_EPI_BYTES ? WG_STAGES * WG_STAGE_BYTES : WG_EPI_BYTES)
@@ -146,6 +168,8 @@ static_assert(WG_BN == 64 || WG_BN == 128 || WG_BN == 256, "wgmma widths");
 static_assert(WG_STAGES >= 3 && WG_STAGES <= 8, "3 to 8 stages");
 static_assert(WG_BN % WG_ROW_STEP == 0, "even copies of B");
 static_assert(!WG_FAST_LOAD || (WG_B_MN && IG_C % 64 == 0), "the fast copies: backward data, k-tiles of one tap");
+static_assert(!WG_SWAP || (WG_WS && !WG_SK && IG_SPLIT_K == 1 && (WG_BM == 128 || WG_BM == 256)),
+              "the swapped operands: warp-specialized, unsplit, 128 or 256 pixels");
 
 #if IG_CLUSTER
 #define WG_CLUSTER_DIMS __cluster_dims__(1, IG_SPLIT_K, 1) /* a tile's slices */
@@ -560,8 +584,10 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
     }
     else
     {
-        /* consumers: warpgroup warp / 4 - 1 owns 64 rows */
-        const u32 a_rows = (u32)(((warp >> 2) - 1) * 64 * 128);
+        /* consumers: warpgroup warp / 4 - 1 owns 64 rows (WG_SWAP: 64 channels, cw) */
+        const int cw = (warp >> 2) - 1;
+        const u32 a_rows = (u32)(cw * 64 * 128);
+        (void)a_rows;
         int stage = 0;
         u32 round = 0;
         for(int t = 0; t < nkt; ++t)
@@ -571,8 +597,23 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
             fence_proxy_async(); /* the copies (generic proxy) seen here, before wgmma reads them */
 #endif
             const u32 st = base + stage * WG_STAGE_BYTES;
-            const u64 da = wgmma_desc(st + a_rows);
             wgmma_fence();
+#if WG_SWAP
+            /* A: this warpgroup's 64 filter rows (channels), B: the WG_BM pixel rows */
+            const u64 db = wgmma_desc(st);
+#if WG_B_MN
+            const u64 da = wgmma_desc_mn(st + WG_A_BYTES + cw * 8192);
+#pragma unroll
+            for(int ks = 0; ks < 4; ++ks)
+                wgmma_n<WG_BM, 0, 1>(acc, da + 128 * ks, db + 2 * ks);
+#else
+            const u64 da = wgmma_desc(st + WG_A_BYTES + cw * (64 * 128));
+#pragma unroll
+            for(int ks = 0; ks < 4; ++ks)
+                wgmma_n<WG_BM, 0>(acc, da + 2 * ks, db + 2 * ks);
+#endif
+#else
+            const u64 da = wgmma_desc(st + a_rows);
 #if WG_B_MN
             const u64 db = wgmma_desc_mn(st + WG_A_BYTES);
 #pragma unroll
@@ -583,6 +624,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
 #pragma unroll
             for(int ks = 0; ks < 4; ++ks)
                 wgmma_n<WG_BN, 0>(acc, da + 2 * ks, db + 2 * ks);
+#endif
 #endif
             wgmma_commit();
             wgmma_wait<1>(); /* tile t - 1's MMAs are done: its stage is free */
@@ -623,6 +665,24 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
        stores 16-byte row chunks ---- */
     {
         constexpr int PITCH = WG_BN + 8;
+#if WG_SWAP
+        if(warp >= 4)
+        {
+            /* acc[4 j + 2 h + e]: channel 16 (warp - 4) + lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e;
+               matrices (j, h = 0), (j, 1), (j + 1, 0), (j + 1, 1) stored transposed, pixel rows of
+               8 channels (16 bytes; rows 2 PITCH bytes apart: 16 bytes mod 128, no conflicts) */
+            const int q = lane >> 3;
+            const int ch = (warp - 4) * 16 + (q & 1) * 8;
+#pragma unroll
+            for(int j = 0; j < WG_BM / 8; j += 2)
+            {
+                const int pix = (j + (q >> 1)) * 8 + (lane & 7);
+                stmatrix_x4_trans(base + (u32)((pix * PITCH + ch) * 2), pack2(acc[4 * j], acc[4 * j + 1]),
+                                  pack2(acc[4 * j + 2], acc[4 * j + 3]), pack2(acc[4 * j + 4], acc[4 * j + 5]),
+                                  pack2(acc[4 * j + 6], acc[4 * j + 7]));
+            }
+        }
+#else
         u32* ctile = reinterpret_cast<u32*>(smem);
         if(warp >= 4)
         {
@@ -635,6 +695,7 @@ KERNEL void __launch_bounds__(WG_THREADS, WG_MINB) WG_CLUSTER_DIMS
                 ctile[((row + 8) * PITCH + cc) / 2] = pack2(acc[4 * j + 2], acc[4 * j + 3]);
             }
         }
+#endif
         __syncthreads();
         constexpr int RC = WG_BN / 8;
         for(int e = tid; e < WG_BM * RC; e += WG_THREADS)

@@ -13,7 +13,9 @@ the cp.async ring (``stages``; ``stages`` - 2 k-tiles of copies in flight while 
 the split of the reduction (``split_k``: a thread-block cluster summing through distributed
 shared memory, or beyond 8 slices fp32 partials in the workspace and a second kernel), or
 stream-K (``sk``: that many blocks, each an even run of the tiles' k-tiles laid end to end, a tile
-cut between blocks summed through fp32 partials and 64-bit flags in the workspace)."""
+cut between blocks summed through fp32 partials and 64-bit flags in the workspace), and for a
+warp-specialized unsplit block of 128 or 256 rows the operands swapped (``swap``: ``bn`` / 64
+warpgroups of 64 output channels by all ``bm`` pixels, one wgmma m64n``bm``k16 each)."""
 
 from __future__ import annotations
 
@@ -53,7 +55,19 @@ DOMAIN: dict[str, tuple[int, ...]] = {
 # stream-K over that many blocks (warp-specialized, unsplit). A config without it (a record from
 # before stream-K) means 0.
 SK = "sk"
-FIELDS = (*DOMAIN, SK)
+# ``swap`` (not in DOMAIN; absent means 0): 1 swaps the operands (D^T = B A^T) of a
+# warp-specialized unsplit block of 128 or 256 rows and 64 or 128 columns: bn / 64 consumer
+# warpgroups each own 64 output channels and all bm pixels (wgmma m64n``bm``k16, the filter tile
+# as A), so a 256 x 128 tile is two m64n256 MMAs per k-slice instead of four m64n128, and
+# 256 x 64 one m64n256 instead of 128 x 64's two m64n64: less shared memory read per MMA cycle
+# (wgmma_fwd.cu, WG_SWAP).
+SWAP = "swap"
+FIELDS = (*DOMAIN, SK, SWAP)
+SWAP_ROWS = (128, 256)
+SWAP_COLS = (64, 128)
+# Grids of at least this many waves of 256-row blocks take the swapped 256-row tile by default
+# (the large VGG / ResNet-18 layers; every stride-1 3x3 ResNet-50 layer has fewer).
+SWAP_MIN_WAVES = 4
 MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
 BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
@@ -74,8 +88,17 @@ SK_MAX_WAVES = 3  # stream-K variants in the search space for grids of up to thi
 SPLIT_COST = 0.05  # a cluster split's epilogue, as a share of the block's reduction, per slice
 
 
-def wg_config(bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0, sk: int = 0) -> dict[str, int]:
-    return {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k, "ws": ws, SK: sk}
+def wg_config(
+    bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0, sk: int = 0, swap: int = 0
+) -> dict[str, int]:
+    """A config; ``swap`` is a field only where it is 1 (the configs of before it stay as they were)."""
+    config = {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k, "ws": ws, SK: sk}
+    return {**config, SWAP: 1} if swap else config
+
+
+def swapped(config: dict[str, int]) -> bool:
+    """Whether ``config`` swaps the operands (``swap``; absent means 0)."""
+    return config.get(SWAP, 0) == 1
 
 
 def sk_blocks(config: dict[str, int]) -> int:
@@ -96,9 +119,10 @@ def sk_workspace_bytes(config: dict[str, int]) -> int:
 
 
 def threads(config: dict[str, int]) -> int:
-    """128 threads (one warpgroup) per 64 rows of the block tile, and one more warpgroup (the
-    producer) with ``ws``."""
-    return (config["bm"] // 64 + (1 if config["ws"] else 0)) * 128
+    """128 threads (one warpgroup) per 64 rows of the block tile (with ``swap``: per 64 columns),
+    and one more warpgroup (the producer) with ``ws``."""
+    consumers = config["bn"] // 64 if swapped(config) else config["bm"] // 64
+    return (consumers + (1 if config["ws"] else 0)) * 128
 
 
 def k_tiles(problem: ConvProblem, config: dict[str, int]) -> int:
@@ -128,7 +152,8 @@ def min_blocks(config: dict[str, int]) -> int:
     per SM) and takes 64 bounded, without spilling, as the forward kernel does unbounded."""
     smem = max(smem_bytes(config), cluster_tile_bytes(config) + ALIGN_SLACK if config["split_k"] > 1 else 0)
     fits = smem <= TWO_BLOCK_SMEM and not sk_blocks(config)
-    return 2 if config["bn"] == 64 and threads(config) <= 384 and fits else 1
+    few_acc = not swapped(config) or config["bm"] <= 128  # swapped: bm / 2 accumulators a thread
+    return 2 if config["bn"] == 64 and threads(config) <= 384 and fits and few_acc else 1
 
 
 def blocks_per_sm(ctx, config: dict[str, int]) -> int:
@@ -182,6 +207,8 @@ def specs_of(defines: dict[str, Any], config: dict[str, int], tiles: int, output
     }
     if min_blocks(config) > 1:
         defines["WG_MINB"] = min_blocks(config)
+    if swapped(config):
+        defines["WG_SWAP"] = 1
     local = threads(config)
     split = config["split_k"]
     sk = sk_blocks(config)
@@ -228,11 +255,13 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         """Exactly DOMAIN's fields with values from it; at most MAX_BLOCK_OUTPUTS outputs per
         block (256 x 256 would need 256 accumulators per thread); no more slices than k-tiles;
         shared memory within the device's limit; no more threads than the device allows."""
-        if not isinstance(config, dict) or set(config) not in (set(DOMAIN), set(FIELDS)):
+        if not isinstance(config, dict) or not set(DOMAIN) <= set(config) <= set(FIELDS):
             return False
-        if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items() if f != SK):
+        if any(type(v) is not int or v not in DOMAIN[f] for f, v in config.items() if f in DOMAIN):
             return False
         if SK in config and not self.sk_ok(ctx, problem, config):
+            return False
+        if SWAP in config and not self.swap_ok(config):
             return False
         if config["split_k"] > self.k_tiles(problem, config):
             return False
@@ -246,6 +275,21 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         if info is not None and threads(config) > info.max_work_group_size:
             return False
         return self.launch_smem(ctx, config) <= smem_limit(ctx)
+
+    @staticmethod
+    def swap_ok(config: dict[str, int]) -> bool:
+        """``swap`` 0 or 1; 1 only warp-specialized, unsplit, not stream-K, with bm in SWAP_ROWS
+        and bn in SWAP_COLS."""
+        swap = config[SWAP]
+        if type(swap) is not int or swap not in (0, 1):
+            return False
+        return not swap or (
+            config["ws"] > 0
+            and config["split_k"] == 1
+            and not sk_blocks(config)
+            and config["bm"] in SWAP_ROWS
+            and config["bn"] in SWAP_COLS
+        )
 
     def sk_ok(self, ctx, problem: ConvProblem, config: dict[str, int]) -> bool:
         """``sk`` 0, or stream-K: warp-specialized, unsplit, at least 2 blocks, no more blocks than
@@ -289,9 +333,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         the producer warpgroup). Wider: wave_config's choice. 64 x 64 with 3 stages where
         neither is valid (a small device). MIOPY_DEBUG_WGMMA_CONFIG's fields replace the
         choice's where the result is valid."""
-        if self.width_of(problem) <= 64:
+        config = self.swap_config(ctx, problem)
+        if config is None and self.width_of(problem) <= 64:
             config = wg_config(128, 64, 4, ws=1)
-        else:
+        elif config is None:
             config = self.wave_config(ctx, problem) or wg_config(64, 64, 3)
         if not self.is_valid_config(ctx, problem, config):
             config = wg_config(64, 64, 3)
@@ -299,6 +344,16 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         if forced and self.is_valid_config(ctx, problem, {**config, **forced}):
             config = {**config, **forced}
         return config
+
+    def swap_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
+        """For grids of at least SWAP_MIN_WAVES waves of 256 x 128 blocks (one per SM): the
+        swapped 256-row tile, 64 columns for K <= 64, else 128, warp-specialized, 4 stages; None
+        for smaller grids or where it is not valid."""
+        bn = 64 if self.width_of(problem) <= 64 else 128
+        config = wg_config(256, bn, 4, ws=1, swap=1)
+        if self.grid_blocks(problem, wg_config(256, 128, 4)) < SWAP_MIN_WAVES * compute_units(ctx):
+            return None
+        return config if self.is_valid_config(ctx, problem, config) else None
 
     def wave_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
         """The default_tiles block (4 stages) and cluster split with the least modelled time: the
@@ -351,7 +406,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         6 stages, each also split (2 to 8, clusters where the device has them) where the
         unsplit grid has fewer blocks than twice the SMs, into at most 4 blocks per SM with
         MIN_SLICE_TILES k-tiles per slice; each also warp-specialized (ws) where valid (192-row
-        blocks only so; splits only in a cluster). The default config where none is valid."""
+        blocks only so; splits only in a cluster), and that with the operands swapped (``swap``)
+        where valid. The default config where none is valid."""
         k = self.width_of(problem)
         cap = max(64, 1 << (k - 1).bit_length())
         cus = compute_units(ctx)
@@ -378,6 +434,9 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                         streamed = self.sk_variant(ctx, problem, specialised)
                         if streamed:
                             out.append(streamed)
+                        swap = {**specialised, SWAP: 1}
+                        if self.is_valid_config(ctx, problem, swap):
+                            out.append(swap)
         return out or [self.default_config(ctx, problem)]
 
     def sk_variant(self, ctx, problem: ConvProblem, config: dict[str, Any]) -> dict[str, Any] | None:
