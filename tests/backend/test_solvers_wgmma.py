@@ -171,14 +171,22 @@ def test_swapped_operands_geometry():
     assert launch.spec.local_size == (384, 1) and dict(launch.spec.defines)["WG_SWAP"] == 1
     assert launch.spec.global_size == (1568 * 384, 1)
     wide = make("fp16", (32, 64, 224, 224), (64, 64, 3, 3), pads=(1, 1))
-    assert SOLVER.default_config(CTX, wide) == wg_config(256, 64, 4, ws=1, swap=1)
-    assert BWD.default_config(CTX, wide) == wg_config(256, 64, 4, ws=1, swap=1)
+    assert SOLVER.default_config(CTX, wide) == wg_config(128, 64, 4, ws=1, swap=1)
+    assert BWD.default_config(CTX, wide) == wg_config(128, 64, 4, ws=1)  # as for small grids
+    deep = make("fp16", (32, 256, 56, 56), (256, 256, 3, 3), pads=(1, 1))
+    assert SOLVER.default_config(CTX, deep) == wg_config(128, 256, 4, ws=1)
+    assert BWD.default_config(CTX, deep) == wg_config(256, 128, 4, ws=1, swap=1)
+    # 2: the tap-mask copies, where a k-tile is 64 channels of one tap
+    assert SOLVER.is_valid_config(CTX, big, wg_config(256, 128, 4, ws=1, swap=2))
+    assert dict(SOLVER.kernel_specs(big, wg_config(256, 128, 4, ws=1, swap=2))[0].defines)["WG_TAP_MASK"] == 1
+    assert not SOLVER.is_valid_config(CTX, ODD, wg_config(128, 64, 4, ws=1, swap=2))  # C = 24
+    assert SOLVER.is_valid_config(CTX, ODD, wg_config(128, 64, 4, ws=1, swap=1))
     for bad in (
         wg_config(256, 128, 4, swap=1),  # not warp-specialized
         wg_config(256, 128, 4, 2, ws=1, swap=1),  # split
         wg_config(192, 128, 4, ws=1, swap=1),
         wg_config(128, 256, 4, ws=1, swap=1),
-        {**wg_config(256, 128, 4, ws=1), "swap": 2},
+        {**wg_config(256, 128, 4, ws=1), "swap": 3},
     ):
         assert not SOLVER.is_valid_config(CTX, big, bad), bad
     assert "swap" not in wg_config(256, 128, 4, ws=1)  # the configs of before stay as they were
@@ -402,11 +410,17 @@ def test_wgmma_warp_specialized_cluster_split(handle):
 @pytest.mark.skipif(_WHY is not None, reason=f"cuda unavailable: {_WHY}")
 def test_wgmma_swapped_operands(handle):
     """The swapped operands (``swap``: the filter tile as wgmma's A, the epilogue through
-    stmatrix .trans), every valid tile and both pipelines, forward and backward data, both data
-    types, on problems with partial tiles in M, N and the reduction, padding, stride and
-    dilation. (The fused epilogue reads the same staging tile: its build is a compile test.)"""
+    stmatrix .trans; 2: with the tap-mask copies where valid), every valid tile and both
+    pipelines, forward and backward data, both data types, on problems with partial tiles in M,
+    N and the reduction, padding, stride and dilation. (The fused epilogue reads the same
+    staging tile: its build is a compile test.)"""
     rng = np.random.default_rng(57)
+    masked = 0
     cases = [
+        (
+            SOLVER,
+            make("fp16", (2, 128, 11, 13), (72, 128, 3, 3), pads=(1, 1), strides=(2, 1), dilations=(1, 2)),
+        ),
         (
             SOLVER,
             make("fp16", (3, 40, 13, 15), (136, 40, 3, 3), pads=(1, 2), strides=(1, 2), dilations=(2, 1)),
@@ -420,6 +434,10 @@ def test_wgmma_swapped_operands(handle):
             config = wg_config(bm, bn, stages, ws=ws, swap=1)
             assert solver.is_valid_config(handle, problem, config), (problem.key(), config)
             support.check_solver(handle, solver, problem, rng, config)
+            if solver.is_valid_config(handle, problem, {**config, "swap": 2}):
+                support.check_solver(handle, solver, problem, rng, {**config, "swap": 2})
+                masked += 1
+    assert masked == 12  # three of the problems, four tiles each
 
 
 @pytest.mark.gpu

@@ -60,14 +60,26 @@ SK = "sk"
 # warpgroups each own 64 output channels and all bm pixels (wgmma m64n``bm``k16, the filter tile
 # as A), so a 256 x 128 tile is two m64n256 MMAs per k-slice instead of four m64n128, and
 # 256 x 64 one m64n256 instead of 128 x 64's two m64n64: less shared memory read per MMA cycle
-# (wgmma_fwd.cu, WG_SWAP).
+# (wgmma_fwd.cu, WG_SWAP). 2: the same with the tap-mask copies (WG_TAP_MASK: each A row's
+# in-image taps found once per tile, a copy a bit test and an add), where a k-tile is 64 channels
+# of one tap (the gathered tensor's channels a multiple of 64, at most 32 taps).
 SWAP = "swap"
 FIELDS = (*DOMAIN, SK, SWAP)
 SWAP_ROWS = (128, 256)
 SWAP_COLS = (64, 128)
-# Grids of at least this many waves of 256-row blocks take the swapped 256-row tile by default
-# (the large VGG / ResNet-18 layers; every stride-1 3x3 ResNet-50 layer has fewer).
+# Grids of at least this many waves of 256 x 128 blocks (the large VGG-16 / ResNet-18 layers;
+# every stride-1 3x3 ResNet-50 layer has fewer) take LARGE_TILES' block by default.
 SWAP_MIN_WAVES = 4
+# The default block of such grids by the GEMM's width (K forward, C backward data): (width at
+# most, bm, bn, ws, swap); None keeps the small-grid default. H200, fp16, batch 32, L2 flushed,
+# scripts/bench_wgmma.py, 2026-11-23 (µs; against the block find chose before): forward
+# 64x224² K64 128 x 64 swapped 333.5 (128 x 64 unswapped 351.0; 256 x 64 swapped 396.6),
+# 64x112² K128 256 x 128 swapped 139.5 (256 x 128 unswapped, no producer 147.3), 128x112² K128
+# 239.3 (246.4), 256x56² K256 128 x 256 unswapped 208.8 (256 x 128 swapped 215.0, unswapped no
+# producer 220.8); backward data 128x112² 256 x 128 swapped 234.1 (239.1), 64x224² 128 x 64
+# unswapped 348.4 (256 x 64 swapped 382.7; 128 x 64 swapped not measured).
+LARGE_TILES = ((64, 128, 64, 1, 1), (128, 256, 128, 1, 1), (1 << 30, 128, 256, 1, 0))
+BWD_LARGE_TILES = ((64, None), (1 << 30, 256, 128, 1, 1))
 MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
 BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
@@ -91,14 +103,15 @@ SPLIT_COST = 0.05  # a cluster split's epilogue, as a share of the block's reduc
 def wg_config(
     bm: int, bn: int, stages: int, split_k: int = 1, ws: int = 0, sk: int = 0, swap: int = 0
 ) -> dict[str, int]:
-    """A config; ``swap`` is a field only where it is 1 (the configs of before it stay as they were)."""
+    """A config; ``swap`` is a field only where it is not 0 (the configs of before it stay as
+    they were)."""
     config = {"bm": bm, "bn": bn, "stages": stages, "split_k": split_k, "ws": ws, SK: sk}
-    return {**config, SWAP: 1} if swap else config
+    return {**config, SWAP: swap} if swap else config
 
 
 def swapped(config: dict[str, int]) -> bool:
-    """Whether ``config`` swaps the operands (``swap``; absent means 0)."""
-    return config.get(SWAP, 0) == 1
+    """Whether ``config`` swaps the operands (``swap`` 1 or 2; absent means 0)."""
+    return config.get(SWAP, 0) in (1, 2)
 
 
 def sk_blocks(config: dict[str, int]) -> int:
@@ -209,6 +222,8 @@ def specs_of(defines: dict[str, Any], config: dict[str, int], tiles: int, output
         defines["WG_MINB"] = min_blocks(config)
     if swapped(config):
         defines["WG_SWAP"] = 1
+    if config.get(SWAP, 0) == 2:
+        defines["WG_TAP_MASK"] = 1
     local = threads(config)
     split = config["split_k"]
     sk = sk_blocks(config)
@@ -244,7 +259,9 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
     k_tiles = staticmethod(k_tiles)
     grid_blocks = staticmethod(grid_blocks)
     width_of = staticmethod(lambda problem: problem.w.lens[0])  # the GEMM's columns
+    gather_channels = staticmethod(lambda problem: problem.w.lens[1])  # channels of a gathered A row
     default_tiles = DEFAULT_TILES
+    large_tiles = LARGE_TILES
     epilogue_files = frozenset({"wgmma_fwd"})
     epilogue_bias = True
 
@@ -261,7 +278,7 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             return False
         if SK in config and not self.sk_ok(ctx, problem, config):
             return False
-        if SWAP in config and not self.swap_ok(config):
+        if SWAP in config and not self.swap_ok(problem, config):
             return False
         if config["split_k"] > self.k_tiles(problem, config):
             return False
@@ -276,12 +293,15 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             return False
         return self.launch_smem(ctx, config) <= smem_limit(ctx)
 
-    @staticmethod
-    def swap_ok(config: dict[str, int]) -> bool:
-        """``swap`` 0 or 1; 1 only warp-specialized, unsplit, not stream-K, with bm in SWAP_ROWS
-        and bn in SWAP_COLS."""
+    def swap_ok(self, problem: ConvProblem, config: dict[str, int]) -> bool:
+        """``swap`` 0, 1 or 2; 1 and 2 only warp-specialized, unsplit, not stream-K, with bm in
+        SWAP_ROWS and bn in SWAP_COLS; 2 only where the gathered tensor's channels are a multiple
+        of 64 and the filter has at most 32 taps."""
         swap = config[SWAP]
-        if type(swap) is not int or swap not in (0, 1):
+        if type(swap) is not int or swap not in (0, 1, 2):
+            return False
+        _, _, r, s = problem.w.lens
+        if swap == 2 and (self.gather_channels(problem) % 64 or r * s > 32):
             return False
         return not swap or (
             config["ws"] > 0
@@ -328,12 +348,13 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         return own
 
     def default_config(self, ctx, problem: ConvProblem) -> dict[str, Any]:
-        """For K <= 64 (the GEMM's columns): 128 x 64 blocks, 4 stages, warp-specialized (two
-        blocks per SM; on the H200, fp16, 2026-11-22: 25.5 us on 56x56 K64 against 26.2 without
-        the producer warpgroup). Wider: wave_config's choice. 64 x 64 with 3 stages where
+        """Grids of many waves: large_config's block. Else for K <= 64 (the GEMM's columns):
+        128 x 64 blocks, 4 stages, warp-specialized (two blocks per SM; on the H200, fp16,
+        2026-11-22: 25.5 us on 56x56 K64 against 26.2 without the producer warpgroup). Wider:
+        wave_config's choice. 64 x 64 with 3 stages where
         neither is valid (a small device). MIOPY_DEBUG_WGMMA_CONFIG's fields replace the
         choice's where the result is valid."""
-        config = self.swap_config(ctx, problem)
+        config = self.large_config(ctx, problem)
         if config is None and self.width_of(problem) <= 64:
             config = wg_config(128, 64, 4, ws=1)
         elif config is None:
@@ -345,14 +366,18 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             config = {**config, **forced}
         return config
 
-    def swap_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
+    def large_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
         """For grids of at least SWAP_MIN_WAVES waves of 256 x 128 blocks (one per SM): the
-        swapped 256-row tile, 64 columns for K <= 64, else 128, warp-specialized, 4 stages; None
-        for smaller grids or where it is not valid."""
-        bn = 64 if self.width_of(problem) <= 64 else 128
-        config = wg_config(256, bn, 4, ws=1, swap=1)
+        large_tiles block of the GEMM's width, 4 stages; None for smaller grids, where that is
+        None, or where it is not valid."""
         if self.grid_blocks(problem, wg_config(256, 128, 4)) < SWAP_MIN_WAVES * compute_units(ctx):
             return None
+        width = self.width_of(problem)
+        tile = next(t for t in self.large_tiles if width <= t[0])
+        if tile[1] is None:
+            return None
+        _, bm, bn, ws, swap = tile
+        config = wg_config(bm, bn, 4, ws=ws, swap=swap)
         return config if self.is_valid_config(ctx, problem, config) else None
 
     def wave_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
@@ -513,7 +538,9 @@ class ConvWgmmaBwdNhwc(ConvWgmmaFwdNhwc):
     k_tiles = staticmethod(bwd_k_tiles)
     grid_blocks = staticmethod(bwd_grid_blocks)
     width_of = staticmethod(lambda problem: problem.x.lens[1])
+    gather_channels = staticmethod(lambda problem: problem.w.lens[0])  # dy's channels
     default_tiles = BWD_DEFAULT_TILES
+    large_tiles = BWD_LARGE_TILES
     epilogue_bias = False  # dx has no bias
 
     def is_applicable(self, ctx, problem: ConvProblem) -> str | None:
