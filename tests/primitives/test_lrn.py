@@ -123,10 +123,11 @@ def test_random_problems_every_solver(ocl):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_cross_channel_cpu_kernels(ocl, dtype):
-    """PoCL's float8 cross-channel kernels: lrn_*_planes_cpu (NCHW; pixel runs of 64 and of 8,
-    the last run overlapping) and lrn_*_channels_cpu (NHWC; blocks of 8 channels, their window sums
-    from a buffer of the terms or, past its size, directly; partial last blocks), windows of 1 to
-    11; beta 0.75 (a power by square roots) and 0.6 (the general power)."""
+    """PoCL's float8 cross-channel kernels: lrn_*_planes_cpu (NCHW; pixel runs of 64 (forward), 32
+    (backward, walking the channels with a ring of terms) and of 8, the last run overlapping) and
+    lrn_*_channels_cpu (NHWC; blocks of 8 channels, their window sums from a buffer of the terms
+    or, past its size, directly; partial last blocks), windows of 1 to 11; beta 0.75 (a power by
+    square roots) and 0.6 (the general power); a window wider than the backward's ring refused."""
     from miopy.solvers.lrn.direct import cpu_program
 
     rng = np.random.default_rng(23)
@@ -144,6 +145,8 @@ def test_cross_channel_cpu_kernels(ocl, dtype):
                 bufs = ref.random_buffers(p, rng)
                 ran = run_all(ocl, p, ref, BASE[p.dtype] * 4, buffers=bufs, only=CPU_PROGRAM_SOLVERS)
                 assert ran
+    wide = LRNProblem.create(TensorDesc(dtype, (1, 20, 3, 3)), "cross", 17, 0.8, 0.75, 1.3, "B")
+    assert cpu_program(ocl, wide) is None  # wider than lrn_bwd_planes_cpu's ring of terms
 
 
 CPU_PROGRAM_SOLVERS = ("LrnDirect", "LrnCrossSlide")  # the solvers that choose cpu_program

@@ -256,26 +256,53 @@ KERNEL void lrn_fwd_planes_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* R
     }
 }
 
+/* the most channels of a backward window (LRNProblem allows up to 16) */
+#define LRN_TERMS 16
+
+/* work item (n, pixel run): pixels [p0, p0 + run) of every channel, walking the channels in
+   order with the last `size` terms dy y / scale of each 8 pixels in a private ring: each term
+   (and its division) is computed once, where a work item per channel computed all `size` terms
+   of its window (5 divisions and 15 loads an element for size 5) */
 KERNEL void lrn_bwd_planes_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* RESTRICT y,
                                const GLOBAL data_t* RESTRICT dy, const GLOBAL data_t* RESTRICT scale,
                                GLOBAL data_t* RESTRICT dx, int N, int C, i64 P, i64 sn, i64 sc, int size, float alpha,
                                float beta, int run)
 {
-    LRN_PLANES_ITEM
-    const int pad = (size - 1) / 2, before = size - 1 - pad; /* window of c: [c - before, c + pad] */
-    const int j0 = c - before > 0 ? c - before : 0, j1 = c + pad + 1 < C ? c + pad + 1 : C;
+    const i64 runs = (P + run - 1) / run;
+    const i64 t = GLOBAL_ID0;
+    if(t >= (i64)N * runs)
+        return;
+    const i64 n = t / runs, r = t - n * runs;
+    const i64 base = n * sn + (r * run < P - run ? r * run : P - run);
+    const int pad = (size - 1) / 2; /* window of c: [c - (size - 1 - pad), c + pad] */
     const float ratio = 2.0f * alpha * beta / (float)size;
     for(int e = 0; e < run; e += 8)
     {
-        float8 acc = (float8)(0.0f);
-        for(int j = j0; j < j1; ++j)
+        float8 ring[LRN_TERMS];
+        for(int i = 0; i < size; ++i)
+            ring[i] = (float8)(0.0f);
+        int slot = 0;
+        /* after pushing the term of channel j, the ring holds the window of channel j - pad */
+        for(int j = 0; j < C + pad; ++j)
         {
-            const i64 o = base + j * sc + e;
-            acc += load_f8(dy, o) * load_f8(y, o) / load_f8(scale, o);
+            float8 term = (float8)(0.0f);
+            if(j < C)
+            {
+                const i64 o = base + j * sc + e;
+                term = load_f8(dy, o) * load_f8(y, o) / load_f8(scale, o);
+            }
+            ring[slot] = term;
+            slot = slot + 1 == size ? 0 : slot + 1;
+            const int c = j - pad;
+            if(c < 0)
+                continue;
+            float8 acc = ring[0];
+            for(int i = 1; i < size; ++i)
+                acc += ring[i];
+            const i64 o = base + c * sc + e;
+            const float8 g = load_f8(dy, o) * LRN_POW8(load_f8(scale, o), -beta);
+            store_f8(dx, o, g - ratio * load_f8(x, o) * acc);
         }
-        const i64 o = base + c * sc + e;
-        const float8 g = load_f8(dy, o) * LRN_POW8(load_f8(scale, o), -beta);
-        store_f8(dx, o, g - ratio * load_f8(x, o) * acc);
     }
 }
 

@@ -40,7 +40,9 @@ def _fwd_tail(problem: LRNProblem) -> tuple:
 BWD_ROLES = ("x", "y", "dy", "scale", "dx")  # the backward kernels' tensors, in argument order
 
 
-PLANE_RUN = 64  # pixels of a plane per work item (lrn_*_planes_cpu)
+PLANE_RUN = 64  # pixels of a plane per work item (lrn_fwd_planes_cpu)
+BWD_PLANE_RUN = 32  # pixels of a plane per work item (lrn_bwd_planes_cpu, all channels)
+TERMS_MOST = 16  # LRN_TERMS: the widest window lrn_bwd_planes_cpu keeps the terms of
 
 
 def cpu_program(ctx, problem: LRNProblem) -> Program | None:
@@ -58,14 +60,15 @@ def cpu_program(ctx, problem: LRNProblem) -> Program | None:
     n, c, h, w = p.x.lens
     if p.mode is not LRNMode.CROSS_CHANNEL:
         return _within_program(p, (sn, sc, sh, sw))
-    run = min(PLANE_RUN, (h * w) // 8 * 8)
-    if sw == 1 and sh == w and h * w >= 8:
-        layout, work, inner = "planes", n * -(-(h * w) // run) * c, sc
+    forward = p.direction is Pass.FORWARD
+    run = min(PLANE_RUN if forward else BWD_PLANE_RUN, (h * w) // 8 * 8)
+    if sw == 1 and sh == w and h * w >= 8 and (forward or p.n <= TERMS_MOST):
+        # forward: a work item per (run, channel); backward: per run, walking the channels
+        layout, work, inner = "planes", n * -(-(h * w) // run) * (c if forward else 1), sc
     elif sc == 1 and (h == 1 or sh == w * sw):
         layout, work, inner = "channels", n * h * w, sw
     else:
         return None
-    forward = p.direction is Pass.FORWARD
     kernel = f"lrn_{'fwd' if forward else 'bwd'}_{layout}_cpu"
     spec = KernelSpec("lrn", kernel, {"MIOPY_DTYPE": p.dtype.code}, *cpu_grid(work))
     shape = (np.int32(n), np.int32(c), np.int64(h * w), np.int64(sn), np.int64(inner), np.int32(p.n))
