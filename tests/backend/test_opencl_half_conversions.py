@@ -1,6 +1,7 @@
 """The OpenCL fp16 conversions of kernels/common (miopy_types.h's LOAD / STORE, both of LOAD's
-variants, and cpu_vec.h's load_f8 / store_f8 on aligned and unaligned addresses) against NumPy:
-every half value, and fp32 values around every rounding boundary, overflow and the subnormals."""
+variants, and cpu_vec.h's load_f8 / load_f8_loop (F16C) / store_f8 on aligned and unaligned
+addresses) against NumPy: every half value, and fp32 values around every rounding boundary,
+overflow and the subnormals."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ __kernel void load8(const __global half* x, __global float* y, long shift) {
     long i = get_global_id(0) * 8 + shift; vstore8(load_f8(x, i), 0, y + i); }
 __kernel void store8(const __global float* x, __global half* y, long shift) {
     long i = get_global_id(0) * 8 + shift; store_f8(y, i, vload8(0, x + i)); }
+__kernel void load8_loop(const __global half* x, __global float* y, long shift) {
+    long i = get_global_id(0) * 8 + shift; vstore8(load_f8_loop(x, i), 0, y + i); }
 __kernel void load_vec8(const __global half* x, __global float* y, long shift) {
     long i = get_global_id(0) * 8 + shift; float v[8]; load_vec(x, i, v);
     for(int e = 0; e < 8; ++e) y[i + e] = v[e]; }
@@ -41,7 +44,7 @@ def kernels():
         pytest.skip(f"opencl unavailable: {why}")
     be = Backend()
     binary = be.build(SOURCE, "half_conversions.cl", [])
-    names = ("load_even", "load_odd", "store", "load8", "store8", "load_vec8", "store_vec8")
+    names = ("load_even", "load_odd", "store", "load8", "load8_loop", "store8", "load_vec8", "store_vec8")
     return be, {name: be.load(binary, name) for name in names}
 
 
@@ -66,7 +69,7 @@ def test_every_half_loads_exactly(kernels):
         got = _run(be, k[name], halves.size, halves, np.zeros(halves.size, np.float32))
         assert _same_bits(got, want).all(), name
     # every 16-byte misalignment of the 8-element vector loads (PoCL's vload_half8 assumes 16)
-    for name, shift in ((name, shift) for name in ("load8", "load_vec8") for shift in range(8)):
+    for name, shift in ((name, shift) for name in ("load8", "load8_loop", "load_vec8") for shift in range(8)):
         n = halves.size - 8
         got = _run(be, k[name], n // 8, halves, np.zeros(halves.size, np.float32), np.int64(shift))
         part = slice(shift, shift + n)

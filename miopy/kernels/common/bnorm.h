@@ -43,7 +43,9 @@
 #ifndef BN_FK
 #define BN_FK 32 /* bn_finalize: keys per work-group (a power of two) */
 #endif
-#define BN_FL (NORM_LOCAL / BN_FK) /* and lanes per key */
+#ifndef BN_FL
+#define BN_FL (NORM_LOCAL / BN_FK) /* and lanes per key (CPU OpenCL: 1, a key per work item) */
+#endif
 #ifndef BN_UNR
 #define BN_UNR 2 /* bn_reduce_cols: rows per step and work item (loads in flight) */
 #endif
@@ -516,7 +518,7 @@ KERNEL void bn_reduce_cols_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
 #endif
     for(int b = 0; b < BN_CB; ++b)
     {
-        shift[b] = b < nb ? load_f8(x, col0 + 8 * b) : (float8)(0.0f);
+        shift[b] = b < nb ? load_f8_loop(x, col0 + 8 * b) : (float8)(0.0f);
         a0[b] = a1[b] = (float8)(0.0f);
 #if BN_BWD
         a2[b] = a3[b] = (float8)(0.0f);
@@ -531,11 +533,11 @@ KERNEL void bn_reduce_cols_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
         {
             if(b < nb)
             {
-                const float8 d = load_f8(x, o + 8 * b) - shift[b];
+                const float8 d = load_f8_loop(x, o + 8 * b) - shift[b];
                 a0[b] += d;
                 a1[b] += d * d;
 #if BN_BWD
-                const float8 g = load_f8(dy, o + 8 * b);
+                const float8 g = load_f8_loop(dy, o + 8 * b);
                 a2[b] += g;
                 a3[b] += g * d;
 #endif
@@ -590,11 +592,11 @@ KERNEL void bn_apply_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* R
 #endif
         }
 #if BN_BWD
-        const float8 g = load_f8(dy, i0 + j);
+        const float8 g = load_f8_loop(dy, i0 + j);
 #else
         const float8 g = (float8)(0.0f);
 #endif
-        store_f8(out, i0 + j, BN_MAP(load_f8(x, i0 + j), g, a, sft, b, d));
+        store_f8(out, i0 + j, BN_MAP(load_f8_loop(x, i0 + j), g, a, sft, b, d));
     }
 }
 #endif

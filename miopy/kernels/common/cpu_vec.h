@@ -61,6 +61,39 @@ DEVICE_FN void store_f8(GLOBAL data_t* p, i64 off, float8 v)
 #endif
 }
 
+/* load_f8 for kernels whose work items loop over long runs (batch norm, layer and group norm):
+   fp16 on x86 devices with F16C (PoCL defines __F16C__ for them) as one unaligned 16-byte move
+   and one vcvtph2ps through clang's builtin, where load_f8's integer conversion takes about ten
+   vector operations (most of a 16-bit batch norm's time); exact for every half (vcvtph2ps sets
+   the quiet bit of a signalling NaN). Not in load_f8 itself: in kernels that PoCL vectorises
+   across work items (ReLU) the builtin stopped that (8x slower), in the softmax rows 2x slower.
+   Other types and devices: load_f8. */
+#if MIOPY_DTYPE == 1 && defined(__F16C__)
+typedef short miopy_v8hi __attribute__((vector_size(16)));
+typedef float miopy_v8sf __attribute__((vector_size(32)));
+typedef union
+{
+    ushort8 u;
+    miopy_v8hi h;
+} miopy_h8_bits;
+typedef union
+{
+    miopy_v8sf v;
+    float8 f;
+} miopy_f8_bits;
+
+DEVICE_FN float8 load_f8_loop(const GLOBAL data_t* p, i64 off)
+{
+    miopy_h8_bits h;
+    h.u = *(const GLOBAL miopy_ushort8_u*)(p + off);
+    miopy_f8_bits r;
+    r.v = __builtin_ia32_vcvtph2ps256(h.h);
+    return r.f;
+}
+#else
+#define load_f8_loop load_f8
+#endif
+
 /* 2^t in float8 without PoCL's exp2 (~1 ns an element) or convert_* (slow there): t = n + f,
    |f| <= 1/2, 2^f by its Taylor series to f^7 (truncation < 6e-9; within ~1.2 ulp over the range),
    n added to the exponent through the 1.5 * 2^23 bias. No subnormal results: t below -126 gives

@@ -337,7 +337,7 @@ KERNEL void norm_reduce_split_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL 
             {
                 for(i64 s = s0; s < s1; ++s)
                 {
-                    const float8 d = load_f8(x, base + s * sstride + j) - shift;
+                    const float8 d = load_f8_loop(x, base + s * sstride + j) - shift;
                     a1 += d;
                     a2 += d * d;
                 }
@@ -351,8 +351,8 @@ KERNEL void norm_reduce_split_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL 
             for(i64 s = s0; s < s1; ++s)
             {
                 const i64 off = base + s * sstride + j;
-                const float8 d = load_f8(x, off) - shift;
-                const float8 g = load_f8(dy, off) * wv;
+                const float8 d = load_f8_loop(x, off) - shift;
+                const float8 g = load_f8_loop(dy, off) * wv;
                 a1 += d;
                 a2 += d * d;
                 b1 += g;
@@ -403,7 +403,7 @@ DEVICE_FN void norm_serial_block_cpu(const GLOBAL data_t* RESTRICT x, const GLOB
     {
         for(; e + 8 <= e1; e += 8)
         {
-            const float8 d = load_f8(x, off + e) - shift;
+            const float8 d = load_f8_loop(x, off + e) - shift;
             v1 += d;
             v2 += d * d;
         }
@@ -425,8 +425,8 @@ DEVICE_FN void norm_serial_block_cpu(const GLOBAL data_t* RESTRICT x, const GLOB
         }
         for(; e + 8 <= e1; e += 8)
         {
-            const float8 d = load_f8(x, off + e) - shift;
-            float8 g = load_f8(dy, off + e);
+            const float8 d = load_f8_loop(x, off + e) - shift;
+            float8 g = load_f8_loop(dy, off + e);
             if(weighted)
             {
                 if(pr + 8 <= pjd)
@@ -1021,8 +1021,8 @@ KERNEL void norm_pgrad_rows_serial(const GLOBAL data_t* RESTRICT x, const GLOBAL
             float8 va = 0.0f, vb = 0.0f;
             for(; e + 8 <= e1; e += 8)
             {
-                const float8 g = load_f8(dy, off + e);
-                va += g * (((load_f8(x, off + e) - c1) - c3) * c5);
+                const float8 g = load_f8_loop(dy, off + e);
+                va += g * (((load_f8_loop(x, off + e) - c1) - c3) * c5);
                 vb += g;
             }
             for(; e < e1; ++e)
@@ -1234,8 +1234,8 @@ KERNEL void norm_apply_cyc_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
     if(bwd)
         for(; j + 8 <= d0; j += 8)
         {
-            const float8 xc = (load_f8(x, i0 + j) - vload8(0, c1 + j)) - vload8(0, c3 + j);
-            float8 g = load_f8(dy, i0 + j);
+            const float8 xc = (load_f8_loop(x, i0 + j) - vload8(0, c1 + j)) - vload8(0, c3 + j);
+            float8 g = load_f8_loop(dy, i0 + j);
             if(affine)
                 g *= norm_pload8(w, j);
             store_f8(out, i0 + j, g * vload8(0, c0 + j) + xc * vload8(0, c4 + j) + vload8(0, c2 + j));
@@ -1243,7 +1243,7 @@ KERNEL void norm_apply_cyc_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
     else
         for(; j + 8 <= d0; j += 8)
         {
-            const float8 xc = (load_f8(x, i0 + j) - vload8(0, c1 + j)) - vload8(0, c3 + j);
+            const float8 xc = (load_f8_loop(x, i0 + j) - vload8(0, c1 + j)) - vload8(0, c3 + j);
             float8 r = xc * vload8(0, c0 + j) + vload8(0, c2 + j);
             if(affine)
                 r = r * norm_pload8(w, j) + norm_pload8(b, j);
@@ -1289,8 +1289,8 @@ KERNEL void norm_pgrad_cyc_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
         i64 j = 0;
         for(; j + 8 <= P; j += 8)
         {
-            const float8 g = load_f8(dy, off + j);
-            const float8 h = ((load_f8(x, off + j) - vload8(0, c1 + j)) - vload8(0, c3 + j)) * vload8(0, c5 + j);
+            const float8 g = load_f8_loop(dy, off + j);
+            const float8 h = ((load_f8_loop(x, off + j) - vload8(0, c1 + j)) - vload8(0, c3 + j)) * vload8(0, c5 + j);
             vstore8(vload8(0, pa + j) + g * h, 0, pa + j);
             vstore8(vload8(0, pb + j) + g, 0, pb + j);
         }
@@ -1342,11 +1342,11 @@ KERNEL void norm_apply_2d(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t* 
         for(; j + 8 <= d0; j += 8)
         {
             const i64 i = i0 + j;
-            const float8 xc = (load_f8(x, i) - c1) - c3;
+            const float8 xc = (load_f8_loop(x, i) - c1) - c3;
             float8 r;
             if(bwd)
             {
-                const float8 g = pj ? load_f8(dy, i) * norm_pload8(w, j) : load_f8(dy, i) * wc;
+                const float8 g = pj ? load_f8_loop(dy, i) * norm_pload8(w, j) : load_f8_loop(dy, i) * wc;
                 r = g * c0 + xc * c4 + c2;
             }
             else if(pj)
@@ -1697,7 +1697,7 @@ KERNEL void ln_rows_fwd_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
     int j = 0;
     for(; j + 8 <= L; j += 8)
     {
-        const float8 d = load_f8(x, base + j) - shift;
+        const float8 d = load_f8_loop(x, base + j) - shift;
         a += d;
         a2 += d * d;
     }
@@ -1713,7 +1713,7 @@ KERNEL void ln_rows_fwd_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* REST
     const float r = NORM_RSQRT(var + eps);
     for(j = 0; j + 8 <= L; j += 8)
     {
-        float8 o = ((load_f8(x, base + j) - shift) - m) * r;
+        float8 o = ((load_f8_loop(x, base + j) - shift) - m) * r;
         if(affine)
             o = o * norm_pload8(w, j) + norm_pload8(b, j);
         store_f8(y, base + j, o);
@@ -1760,8 +1760,8 @@ KERNEL void ln_rows_bwd_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
         int j = 0;
         for(; j + 8 <= L; j += 8)
         {
-            const float8 h = (load_f8(x, base + j) - m) * r;
-            const float8 d = load_f8(dy, base + j);
+            const float8 h = (load_f8_loop(x, base + j) - m) * r;
+            const float8 d = load_f8_loop(dy, base + j);
             const float8 g = affine ? d * norm_pload8(w, j) : d;
             a += g;
             bsum += g * h;
@@ -1786,8 +1786,8 @@ KERNEL void ln_rows_bwd_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL data_t
         const float sg = (hsum8(a) + ta) * inv_l, sgx = (hsum8(bsum) + tb) * inv_l;
         for(j = 0; j + 8 <= L; j += 8)
         {
-            const float8 h = (load_f8(x, base + j) - m) * r;
-            const float8 d = load_f8(dy, base + j);
+            const float8 h = (load_f8_loop(x, base + j) - m) * r;
+            const float8 d = load_f8_loop(dy, base + j);
             const float8 g = affine ? d * norm_pload8(w, j) : d;
             store_f8(dx, base + j, r * (g - sg - h * sgx));
         }

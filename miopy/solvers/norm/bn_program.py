@@ -40,6 +40,7 @@ VEC_BYTES = 16
 BLOCKS_PER_CU = 4  # reduction work-groups per compute unit
 THREADS_PER_CU = 2048  # apply: work items per compute unit (full occupancy on NVIDIA)
 FINALIZE_KEYS = 32  # bn_finalize: at most this many keys per work-group (the rest: lanes)
+CPU_FINALIZE_KEYS = 16  # bn_finalize on CPU OpenCL: keys (work items) per work-group, one lane
 MAX_CHUNKS = 1024
 MAX_APPLY_PERIOD = 1 << 24
 APPLY_VECTORS = 4  # bn_apply_cl: 16-byte vectors in flight per work item (BN_AU)
@@ -203,7 +204,16 @@ def bn_packed_program(ctx, problem: NormProblem) -> Program:
     while fk > 1 and -(-K // fk) < _cus(ctx):
         fk //= 2
     fgroups = -(-K // fk)
-    spec = _spec("bn_finalize", problem, 1, bwd, (fgroups * fk, LOCAL // fk), (fk, LOCAL // fk), fk)
+    if cpu_kernels(ctx):
+        # a key per work item, its chunks summed serially: PoCL ran the work-groups of 256 items
+        # and their barriers' tree sums in 30-50 us for a few hundred keys
+        fk = CPU_FINALIZE_KEYS
+        fgroups = -(-K // fk)
+        spec = _spec("bn_finalize", problem, 1, bwd, (fgroups * fk, 1), (fk, 1), fk)
+        defines = {**dict(spec.defines), "BN_FL": 1}
+        spec = KernelSpec(spec.file, spec.name, defines, spec.global_size, spec.local_size)
+    else:
+        spec = _spec("bn_finalize", problem, 1, bwd, (fgroups * fk, LOCAL // fk), (fk, LOCAL // fk), fk)
     args = (Tensor("x"), ws, *(t(roles.get(r)) for r in ("scale", "bias", "s_a", "s_b", "s_c", "s_d")))
     args += (np.int64(0), np.int64(coef), np.int64(K), np.int64(nchunks), np.float32(n), np.int32(op))
     args += (np.int32(flags), Scalar("epsilon", "float32", problem.epsilon))
