@@ -165,17 +165,20 @@ def test_swapped_operands_geometry():
     many waves (the 112x112 VGG layer), not of the ResNet-50 layers."""
     big = make("fp16", (32, 128, 112, 112), (128, 128, 3, 3), pads=(1, 1))
     config = wg_config(256, 128, 4, ws=1, swap=1)
-    assert SOLVER.default_config(CTX, big) == config
+    assert SOLVER.default_config(CTX, big) == {**config, "swap": 2}
     assert threads(config) == 384 and min_blocks(config) == 1
     (launch,) = SOLVER.get_program(CTX, big, config).steps
     assert launch.spec.local_size == (384, 1) and dict(launch.spec.defines)["WG_SWAP"] == 1
     assert launch.spec.global_size == (1568 * 384, 1)
     wide = make("fp16", (32, 64, 224, 224), (64, 64, 3, 3), pads=(1, 1))
-    assert SOLVER.default_config(CTX, wide) == wg_config(128, 64, 4, ws=1, swap=1)
-    assert BWD.default_config(CTX, wide) == wg_config(128, 64, 4, ws=1)  # as for small grids
+    assert SOLVER.default_config(CTX, wide) == wg_config(128, 64, 4, ws=1, swap=2)
+    assert BWD.default_config(CTX, wide) == wg_config(128, 64, 4, ws=1, swap=2)
     deep = make("fp16", (32, 256, 56, 56), (256, 256, 3, 3), pads=(1, 1))
-    assert SOLVER.default_config(CTX, deep) == wg_config(128, 256, 4, ws=1)
-    assert BWD.default_config(CTX, deep) == wg_config(256, 128, 4, ws=1, swap=1)
+    assert SOLVER.default_config(CTX, deep) == wg_config(256, 128, 4, ws=1, swap=2)
+    assert BWD.default_config(CTX, deep) == wg_config(128, 256, 4, ws=1)
+    # no tap-mask copies where a k-tile spans taps (C = 200): the general ones
+    odd_big = make("fp16", (32, 200, 112, 112), (128, 200, 3, 3), pads=(1, 1))
+    assert SOLVER.default_config(CTX, odd_big) == config
     # 2: the tap-mask copies, where a k-tile is 64 channels of one tap
     assert SOLVER.is_valid_config(CTX, big, wg_config(256, 128, 4, ws=1, swap=2))
     assert dict(SOLVER.kernel_specs(big, wg_config(256, 128, 4, ws=1, swap=2))[0].defines)["WG_TAP_MASK"] == 1
@@ -191,7 +194,8 @@ def test_swapped_operands_geometry():
         assert not SOLVER.is_valid_config(CTX, big, bad), bad
     assert "swap" not in wg_config(256, 128, 4, ws=1)  # the configs of before stay as they were
     assert SOLVER.is_valid_config(CTX, big, {**wg_config(256, 128, 4, ws=1), "swap": 0})
-    assert wg_config(256, 128, 4, ws=1, swap=1) in list(SOLVER.search_space(CTX, RESNET[1]))
+    space = list(SOLVER.search_space(CTX, RESNET[1]))
+    assert wg_config(256, 128, 4, ws=1, swap=1) in space and wg_config(256, 128, 4, ws=2, swap=2) in space
     assert all("swap" not in SOLVER.default_config(CTX, p) for p in RESNET)
 
 

@@ -71,15 +71,18 @@ SWAP_COLS = (64, 128)
 # every stride-1 3x3 ResNet-50 layer has fewer) take LARGE_TILES' block by default.
 SWAP_MIN_WAVES = 4
 # The default block of such grids by the GEMM's width (K forward, C backward data): (width at
-# most, bm, bn, ws, swap); None keeps the small-grid default. H200, fp16, batch 32, L2 flushed,
-# scripts/bench_wgmma.py, 2026-11-23 (µs; against the block find chose before): forward
-# 64x224² K64 128 x 64 swapped 333.5 (128 x 64 unswapped 351.0; 256 x 64 swapped 396.6),
-# 64x112² K128 256 x 128 swapped 139.5 (256 x 128 unswapped, no producer 147.3), 128x112² K128
-# 239.3 (246.4), 256x56² K256 128 x 256 unswapped 208.8 (256 x 128 swapped 215.0, unswapped no
-# producer 220.8); backward data 128x112² 256 x 128 swapped 234.1 (239.1), 64x224² 128 x 64
-# unswapped 348.4 (256 x 64 swapped 382.7; 128 x 64 swapped not measured).
-LARGE_TILES = ((64, 128, 64, 1, 1), (128, 256, 128, 1, 1), (1 << 30, 128, 256, 1, 0))
-BWD_LARGE_TILES = ((64, None), (1 << 30, 256, 128, 1, 1))
+# most, bm, bn, ws, swap); None keeps the small-grid default; swap 2 falls back to 1 where the
+# tap-mask copies do not apply. H200, fp16, batch 32, L2 flushed, scripts/bench_wgmma.py,
+# 2026-11-23 (µs; "before": the block find chose before this table):
+#   forward   64x224² K64   128 x 64 swap 2 325.8 (swap 1 329.3; before 128 x 64 ws 349.9)
+#             64x112² K128  256 x 128 swap 2 133.1 (swap 1 138.6; before 256 x 128 147.3)
+#             128x112² K128 256 x 128 swap 2 213.6 (swap 1 236.9; before 246.4)
+#             256x56² K256  256 x 128 swap 2 189.0 (128 x 256 ws 205.6; before 220.8)
+#   backward  64x224² C64   128 x 64 swap 1 or 2 326.1 (before 128 x 64 ws 346.9)
+#             128x112² C128 256 x 128 swap 2 213.4 (swap 1 231.1; before 239.1)
+#             256x56² C256  128 x 256 ws 177.3 (256 x 128 swap 2 188.3; before 209)
+LARGE_TILES = ((64, 128, 64, 1, 2), (1 << 30, 256, 128, 1, 2))
+BWD_LARGE_TILES = ((64, 128, 64, 1, 2), (128, 256, 128, 1, 2), (1 << 30, 128, 256, 1, 0))
 MAX_BLOCK_OUTPUTS = 256 * 128  # 128 x 256 or 256 x 128: 128 accumulators per thread at most
 BK = 64  # reduction elements per k-tile: one 128-byte swizzled row of fp16 / bf16
 ALIGN_SLACK = 1024  # the ring starts at the first 1024-byte boundary of dynamic shared memory
@@ -368,8 +371,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
 
     def large_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
         """For grids of at least SWAP_MIN_WAVES waves of 256 x 128 blocks (one per SM): the
-        large_tiles block of the GEMM's width, 4 stages; None for smaller grids, where that is
-        None, or where it is not valid."""
+        large_tiles block of the GEMM's width, 4 stages (``swap`` 1 where 2 is not valid); None
+        for smaller grids, where that is None, or where it is not valid."""
         if self.grid_blocks(problem, wg_config(256, 128, 4)) < SWAP_MIN_WAVES * compute_units(ctx):
             return None
         width = self.width_of(problem)
@@ -378,6 +381,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
             return None
         _, bm, bn, ws, swap = tile
         config = wg_config(bm, bn, 4, ws=ws, swap=swap)
+        if swap == 2 and not self.is_valid_config(ctx, problem, config):
+            config = wg_config(bm, bn, 4, ws=ws, swap=1)  # no tap-mask copies for this shape
         return config if self.is_valid_config(ctx, problem, config) else None
 
     def wave_config(self, ctx, problem: ConvProblem) -> dict[str, Any] | None:
@@ -432,7 +437,8 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
         unsplit grid has fewer blocks than twice the SMs, into at most 4 blocks per SM with
         MIN_SLICE_TILES k-tiles per slice; each also warp-specialized (ws) where valid (192-row
         blocks only so; splits only in a cluster), and that with the operands swapped (``swap``)
-        where valid. The default config where none is valid."""
+        where valid, with the general and with the tap-mask copies (``swap`` 1 and 2). The
+        default config where none is valid."""
         k = self.width_of(problem)
         cap = max(64, 1 << (k - 1).bit_length())
         cus = compute_units(ctx)
@@ -459,9 +465,10 @@ class ConvWgmmaFwdNhwc(IgemmSolver):
                         streamed = self.sk_variant(ctx, problem, specialised)
                         if streamed:
                             out.append(streamed)
-                        swap = {**specialised, SWAP: 1}
-                        if self.is_valid_config(ctx, problem, swap):
-                            out.append(swap)
+                        for swap in (1, 2):
+                            swapped_config = {**specialised, SWAP: swap}
+                            if self.is_valid_config(ctx, problem, swapped_config):
+                                out.append(swapped_config)
         return out or [self.default_config(ctx, problem)]
 
     def sk_variant(self, ctx, problem: ConvProblem, config: dict[str, Any]) -> dict[str, Any] | None:
