@@ -245,12 +245,12 @@ KERNEL void lrn_fwd_planes_cpu(const GLOBAL data_t* RESTRICT x, GLOBAL data_t* R
         float8 acc = (float8)(0.0f);
         for(int j = j0; j < j1; ++j)
         {
-            const float8 v = load_f8(x, base + j * sc + e);
+            const float8 v = load_f8_loop(x, base + j * sc + e);
             acc += v * v;
         }
         const float8 s = k + aon * acc;
         const i64 o = base + c * sc + e;
-        store_f8(y, o, load_f8(x, o) * LRN_POW8(s, -beta));
+        store_f8(y, o, load_f8_loop(x, o) * LRN_POW8(s, -beta));
         if(save)
             store_f8(scale, o, s);
     }
@@ -289,7 +289,7 @@ KERNEL void lrn_bwd_planes_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
             if(j < C)
             {
                 const i64 o = base + j * sc + e;
-                term = load_f8(dy, o) * load_f8(y, o) / load_f8(scale, o);
+                term = load_f8_loop(dy, o) * load_f8_loop(y, o) / load_f8_loop(scale, o);
             }
             ring[slot] = term;
             slot = slot + 1 == size ? 0 : slot + 1;
@@ -300,8 +300,8 @@ KERNEL void lrn_bwd_planes_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
             for(int i = 1; i < size; ++i)
                 acc += ring[i];
             const i64 o = base + c * sc + e;
-            const float8 g = load_f8(dy, o) * LRN_POW8(load_f8(scale, o), -beta);
-            store_f8(dx, o, g - ratio * load_f8(x, o) * acc);
+            const float8 g = load_f8_loop(dy, o) * LRN_POW8(load_f8_loop(scale, o), -beta);
+            store_f8(dx, o, g - ratio * load_f8_loop(x, o) * acc);
         }
     }
 }
@@ -310,7 +310,7 @@ KERNEL void lrn_bwd_planes_cpu(const GLOBAL data_t* RESTRICT x, const GLOBAL dat
 DEVICE_FN float8 lrn_lanes_f8(const GLOBAL data_t* p, i64 base, int c0, int C)
 {
     if(c0 + 8 <= C)
-        return load_f8(p, base + c0);
+        return load_f8_loop(p, base + c0);
     float a[8];
     for(int l = 0; l < 8; ++l)
         a[l] = c0 + l < C ? LOAD(p, base + c0 + l) : 0.0f;
@@ -347,7 +347,7 @@ DEVICE_FN void lrn_fwd_channels_direct(const GLOBAL data_t* RESTRICT x, GLOBAL d
         {
             for(int j = c0 - pad; j < c0 - pad + size; ++j)
             {
-                const float8 v = load_f8(x, base + j);
+                const float8 v = load_f8_loop(x, base + j);
                 acc += v * v;
             }
         }
@@ -387,7 +387,7 @@ DEVICE_FN void lrn_bwd_channels_direct(const GLOBAL data_t* RESTRICT x, const GL
         if(c0 - before >= 0 && c0 + 8 + pad <= C)
         {
             for(int j = c0 - before; j <= c0 + pad; ++j)
-                acc += load_f8(dy, base + j) * load_f8(y, base + j) / load_f8(scale, base + j);
+                acc += load_f8_loop(dy, base + j) * load_f8_loop(y, base + j) / load_f8_loop(scale, base + j);
         }
         else
         {

@@ -34,7 +34,7 @@ DEVICE_FN float psc_count(int z0, int y0, int x0, int kd, int kh, int kw, int Di
 __attribute__((always_inline)) DEVICE_FN float8 psc_lanes(const GLOBAL data_t* p, i64 base, int c0, int C)
 {
     if(c0 + 8 <= C)
-        return load_f8(p, base + c0);
+        return load_f8_loop(p, base + c0);
 #define PSC_LANE(k) (c0 + (k) < C ? LOAD(p, base + c0 + (k)) : 0.0f)
     return (float8)(PSC_LANE(0), PSC_LANE(1), PSC_LANE(2), PSC_LANE(3), PSC_LANE(4), PSC_LANE(5), PSC_LANE(6),
                     PSC_LANE(7));
