@@ -89,18 +89,7 @@ DEVICE_FN lnw_raw lnw_zero(void)
 #define LNW_NUM_GROUPS ((i64)gridDim.x)
 typedef uint4 lnw_raw;
 DEVICE_FN lnw_raw lnw_ld(const data_t* p, i64 off, int va)
-{
-    if(va)
-        return vec_ld16(p + off);
-#if MIOPY_DTYPE == 0
-    const u32* q = (const u32*)(p + off);
-    return make_uint4(q[0], q[1], q[2], q[3]);
-#else
-    const u16* q = (const u16*)(p + off);
-    return make_uint4((u32)q[0] | ((u32)q[1] << 16), (u32)q[2] | ((u32)q[3] << 16), (u32)q[4] | ((u32)q[5] << 16),
-                      (u32)q[6] | ((u32)q[7] << 16));
-#endif
-}
+{ return raw16_ld(p, off, va); }
 DEVICE_FN void lnw_unpack(lnw_raw t, float* v) { raw16_unpack(t, v); }
 DEVICE_FN lnw_raw lnw_zero(void) { return make_uint4(0u, 0u, 0u, 0u); }
 #endif

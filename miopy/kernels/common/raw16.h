@@ -4,6 +4,22 @@
 #define MIOPY_RAW16_H
 #include "common/vec.h"
 #ifndef __OPENCL_VERSION__
+/* The 16 raw bytes from element `off` of `p` (VEC elements of the stored type): one vector load
+   where `va` says that address is 16-byte aligned, else 4-byte or 2-byte loads. */
+DEVICE_FN uint4 raw16_ld(const data_t* p, i64 off, int va)
+{
+    if(va)
+        return vec_ld16(p + off);
+#if MIOPY_DTYPE == 0
+    const u32* q = (const u32*)(p + off);
+    return make_uint4(q[0], q[1], q[2], q[3]);
+#else
+    const u16* q = (const u16*)(p + off);
+    return make_uint4((u32)q[0] | ((u32)q[1] << 16), (u32)q[2] | ((u32)q[3] << 16), (u32)q[4] | ((u32)q[5] << 16),
+                      (u32)q[6] | ((u32)q[7] << 16));
+#endif
+}
+
 DEVICE_FN void raw16_unpack(uint4 t, float* v)
 {
 #if MIOPY_DTYPE == 0
