@@ -25,7 +25,8 @@ from miopy.reference.conv import conv_reference
 from miopy.solution import Launch, Tensor, Workspace
 from miopy.solvers import CONV_SOLVERS, by_name
 from miopy.solvers.conv.epilogue import Epilogue, fused_program
-from miopy.solvers.conv.igemm_nchw import ALIGN, INNER, nhwc_twin
+from miopy.solvers.conv.igemm_nchw import INNER, nhwc_twin
+from miopy.solvers.conv.igemm_padded import ALIGN
 from miopy.solvers.conv.implicit_gemm_nchw import ConvIgemmNchwBwd, ConvIgemmNchwFwd, ConvIgemmNchwWrw
 from miopy.tensor import TensorDesc
 

@@ -42,7 +42,7 @@ from miopy.problem.conv import ConvDesc, ConvProblem, Direction
 from miopy.solution import KernelSpec, Launch, Program, Tensor, Workspace
 from miopy.solvers.base import Solver, TunableSolver
 from miopy.solvers.conv.igemm_common import cuda_2d_reason, is_nhwc
-from miopy.solvers.conv.igemm_padded import ALIGN, relocated_launches, round_up
+from miopy.solvers.conv.igemm_padded import WorkspaceParts, relocated_launches
 from miopy.tensor import DataType, TensorDesc, packed_strides
 
 INNER = "inner"  # the config field naming the inner solver
@@ -139,18 +139,6 @@ def grid_reason(role: str, desc: TensorDesc) -> str | None:
     if batches > MAX_GRID_YZ or -(-max(channels, pixels) // TILE) > MAX_GRID_YZ:
         return f"{role} {desc.lens}: its transpose's grid exceeds {MAX_GRID_YZ} blocks in y or z"
     return None
-
-
-class _Parts:
-    """Hands out 256-byte aligned parts of the workspace."""
-
-    def __init__(self) -> None:
-        self.size = 0
-
-    def take(self, nbytes: int) -> Workspace:
-        offset = self.size
-        self.size += round_up(nbytes, ALIGN)
-        return Workspace(offset)
 
 
 class NchwIgemmSolver(TunableSolver):
@@ -286,7 +274,7 @@ class NchwIgemmSolver(TunableSolver):
         gemm = inner.get_program(ctx, twin, inner_config)
         dtype = problem.dtype
         tensors = problem.tensors()
-        parts = _Parts()
+        parts = WorkspaceParts()
         steps: list[Launch] = []
         operands: dict[str, Any] = {}
         for role in self.reads:

@@ -124,7 +124,7 @@ def relocated_launches(
     return out
 
 
-class _Parts:
+class WorkspaceParts:
     """Hands out 256-byte aligned parts of the workspace."""
 
     def __init__(self) -> None:
@@ -184,7 +184,7 @@ class PaddedIgemmSolver(TunableSolver):
         padded = self.padded(problem)
         inner = self.inner
         dtype = problem.dtype
-        parts = _Parts()
+        parts = WorkspaceParts()
         steps: list[Launch] = []
         operands: dict[str, Any] = {}
         for role in (*inner.reads, inner.writes):
