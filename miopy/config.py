@@ -16,9 +16,16 @@ FIND_ENFORCE = {"NONE": 1, "DB_UPDATE": 2, "SEARCH": 3, "SEARCH_DB_UPDATE": 4, "
 
 
 def _env(name: str) -> str | None:
-    if name not in _read:
+    key = _read.get(name)
+    if key is None:
         _remember(name)
-    value = os.environ.get("MIOPY_" + name)
+        key = _read[name]
+    if _RAW_ENV is not None:
+        # os.environ's own lookup (``decodevalue(_data[encodekey(key)])``), its key encoded once
+        raw = _RAW_ENV.get(key)
+        value = None if raw is None else os.environ.decodevalue(raw)  # type: ignore[attr-defined]
+    else:
+        value = os.environ.get("MIOPY_" + name)
     return value if value not in (None, "") else None
 
 
@@ -81,8 +88,13 @@ def log_level() -> int:
 
 
 # os.environ's own store (POSIX CPython: encoded keys), read directly on the per-call path:
-# ``os.environ.get`` encodes its key first, a few microseconds a call.
+# ``os.environ.get`` encodes its key first, a few microseconds a call. None where os.environ is
+# not the CPython mapping with an encoded store (every knob is then read through it).
 _RAW_ENV = getattr(os.environ, "_data", None)
+if not (
+    isinstance(_RAW_ENV, dict) and hasattr(os.environ, "encodekey") and hasattr(os.environ, "decodevalue")
+):
+    _RAW_ENV = None
 _RAW_LOGGING_CMD = (
     os.environ.encodekey("MIOPY_ENABLE_LOGGING_CMD")
     if isinstance(_RAW_ENV, dict) and hasattr(os.environ, "encodekey")

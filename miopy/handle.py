@@ -253,7 +253,7 @@ class Handle:
         """In-process program cache -> system .kdb -> user kernel cache -> compiler."""
         from miopy.db.kernel_cache import KernelKey
 
-        options = tuple(spec.options())
+        options = spec.option_tuple()
         program_key = (spec.file, spec.name, options)
         with self._lock:
             kernel = self._programs.get(program_key)
@@ -417,9 +417,9 @@ class Handle:
         if missing:
             raise BadParm(f"tensors: missing {', '.join(missing)} (need {', '.join(descs)})")
         bufs, hosts = {}, {}
+        outputs = problem.outputs
         for role, desc in descs.items():
-            output = role in problem.outputs
-            bufs[role], hosts[role] = self.buffer(tensors[role], desc.nbytes, role, desc, output)
+            bufs[role], hosts[role] = self.buffer(tensors[role], desc.nbytes, role, desc, role in outputs)
         # tensors the solution reads beyond its problem's (a fused epilogue's bias)
         for role, nbytes in (solution.extra.get("extra_tensors") or {}).items():
             if tensors.get(role) is None:

@@ -28,6 +28,48 @@ def _resolve(arg: Any, args: InvokeArgs, backend: Any = None) -> Any:
     return arg
 
 
+_REFS = (Tensor, Workspace, Scalar)
+
+
+def _slots(args: tuple[Any, ...]) -> tuple[int, ...]:
+    return tuple(i for i, a in enumerate(args) if isinstance(a, _REFS))
+
+
+def step_plan(program: Program) -> tuple[tuple[Any, ...], ...]:
+    """What an invoker resolves from the program alone, per step: (step type, the spec, Gemm or
+    Call, the argument template, the positions of its Tensor / Workspace / Scalar arguments, the
+    launch geometry, shared memory, cooperative); worked out once per Program object and kept on
+    it (not a field: equality ignores it), so that a package's decoded programs have it made on
+    the handle's set-up thread (``PackageChoices.read_ahead``) rather than at their first run."""
+    plan = program.__dict__.get("_step_plan")
+    if plan is not None:
+        return plan
+    out = []
+    for step in program.steps:
+        if isinstance(step, Launch):
+            out.append(
+                (
+                    Launch,
+                    step.spec,
+                    step.args,
+                    _slots(step.args),
+                    step.global_size or step.spec.global_size,
+                    step.local_size or step.spec.local_size,
+                    int(step.shared_mem),
+                    bool(step.cooperative),
+                )
+            )
+        elif isinstance(step, Gemm):
+            out.append((Gemm, step, step, (), (), (), 0, False))
+        elif isinstance(step, Call):
+            out.append((Call, step, step.args, _slots(step.args), (), (), 0, False))
+        else:
+            raise BadParm(f"step={type(step).__name__}: not a Launch, a Gemm or a Call")
+    plan = tuple(out)
+    object.__setattr__(program, "_step_plan", plan)
+    return plan
+
+
 class ProgramInvoker:
     """``invoker(InvokeArgs)`` runs the program's steps in order on ``backend`` (enqueued only:
     the caller synchronises). Everything that does not depend on the call's buffers and scalars
@@ -37,30 +79,10 @@ class ProgramInvoker:
         self.backend = backend
         self.program = program
         self.kernels = kernels
-        self._launches: list[tuple[Any, Any, list[int], tuple[int, ...], tuple[int, ...], int, bool]] = []
-        for step in program.steps:
-            if isinstance(step, Launch):
-                template = list(step.args)
-                slots = [i for i, a in enumerate(template) if isinstance(a, (Tensor, Workspace, Scalar))]
-                self._launches.append(
-                    (
-                        kernels[step.spec],
-                        template,
-                        slots,
-                        step.global_size or step.spec.global_size,
-                        step.local_size or step.spec.local_size,
-                        int(step.shared_mem),
-                        bool(step.cooperative),
-                    )
-                )
-            elif isinstance(step, Gemm):
-                self._launches.append((None, step, [], (), (), 0, False))
-            elif isinstance(step, Call):
-                template = list(step.args)
-                slots = [i for i, a in enumerate(template) if isinstance(a, (Tensor, Workspace, Scalar))]
-                self._launches.append((step.method, template, slots, (), (), 0, False))
-            else:
-                raise BadParm(f"step={type(step).__name__}: not a Launch, a Gemm or a Call")
+        self._launches: list[tuple[Any, Any, Any, tuple[int, ...], tuple[int, ...], int, bool]] = [
+            (kernels[what] if kind is Launch else None if kind is Gemm else what.method, *rest)
+            for kind, what, *rest in step_plan(program)
+        ]
 
     def on(self, backend: Any) -> ProgramInvoker:
         """The same invoker on another backend (e.g. a recorder of prepared calls): what was
@@ -112,4 +134,4 @@ class ProgramInvoker:
                 backend.launch(kernel, global_size, local_size, call_args)
 
 
-__all__ = ["ProgramInvoker"]
+__all__ = ["ProgramInvoker", "step_plan"]

@@ -48,7 +48,15 @@ class KernelSpec:
         object.__setattr__(self, "local_size", tuple(int(v) for v in local_size))
 
     def options(self) -> list[str]:
-        return [f"-D{k}={v}" for k, v in self.defines]
+        return list(self.option_tuple())
+
+    def option_tuple(self) -> tuple[str, ...]:
+        """``options()`` as a tuple, worked out once per spec and kept on it (not a field)."""
+        found = self.__dict__.get("_options")
+        if found is None:
+            found = tuple(f"-D{k}={v}" for k, v in self.defines)
+            object.__setattr__(self, "_options", found)
+        return found
 
 
 # ---- arguments of a step -------------------------------------------------------------------------
@@ -154,12 +162,17 @@ class Program:
 
     @property
     def kernels(self) -> list[KernelSpec]:
-        """Every kernel the program launches, once each, in order of first use."""
-        out: list[KernelSpec] = []
-        for step in self.steps:
-            if isinstance(step, Launch) and step.spec not in out:
-                out.append(step.spec)
-        return out
+        """Every kernel the program launches, once each, in order of first use (worked out once
+        per Program object and kept on it; not a field)."""
+        found = self.__dict__.get("_kernels")
+        if found is None:
+            out: list[KernelSpec] = []
+            for step in self.steps:
+                if isinstance(step, Launch) and step.spec not in out:
+                    out.append(step.spec)
+            found = tuple(out)
+            object.__setattr__(self, "_kernels", found)
+        return list(found)
 
     def with_roles(self, roles: Mapping[str, str]) -> Program:
         """The same program with tensor roles renamed (a solver's view -> the user's problem)."""

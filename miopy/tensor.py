@@ -184,6 +184,10 @@ class TensorDesc:
         object.__setattr__(self, "lens", lens)
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "layout", layout)
+        # what cached_property would keep (not fields), set here: a first run reads them for every
+        # tensor several times, and cached_property takes a lock at each first read (Python 3.11)
+        self.__dict__["element_space"] = space
+        self.__dict__["nbytes"] = space * dtype.itemsize
 
     @property
     def spatial_dims(self) -> int:

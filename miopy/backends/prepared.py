@@ -31,10 +31,12 @@ class Recorder:
         backend = self._backend
         prepare = getattr(backend, f"prepare_{name}", None)
         if prepare is not None:
+            calls = self.calls
 
             def record(*args: Any, **kwargs: Any) -> None:
-                self.calls.append(prepare(*args, **kwargs))
+                calls.append(prepare(*args, **kwargs))
 
+            self.__dict__[name] = record  # the next call of ``name`` finds it without this lookup
             return record
         attr = getattr(backend, name)
         if name.startswith("prepare_") or name in _PURE or not callable(attr):

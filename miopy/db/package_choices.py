@@ -24,6 +24,7 @@ from typing import Any
 from miopy import config, log
 from miopy.db import kernel_cache, package_plans
 from miopy.db.sqlite import SqliteFile
+from miopy.invoker import step_plan
 
 _log = log.get("miopy.db")
 
@@ -134,6 +135,11 @@ class PackageChoices:
         for key, (text, _) in list(self._plans.items())[:most]:
             program = package_plans.decode(text)
             if program is not None:
+                # what its first run would work out from the program alone: its invoker's step
+                # plan, its kernels and their compile options
+                step_plan(program)
+                for spec in program.kernels:
+                    spec.option_tuple()
                 self._programs[key] = program
                 count += 1
             found = rows.get(key)
